@@ -1,0 +1,99 @@
+"""``make_app(settings, engine) -> web.Application``: routes, error translation, lifecycle."""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import AsyncIterator, Awaitable, Callable
+
+from aiohttp import web
+
+from . import http
+from .agent import SimulatedAgent
+from .config import Settings
+from .engines import create_engine
+from .engines.base import Engine
+from .errors import GatewayError, Overloaded
+from .metrics import Metrics
+from .state import GATEWAY, Gateway
+from .transports.sse import handle_sse
+from .transports.ws import handle_ws
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
+    return {"error": {"code": code, "message": message}}
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """GatewayError -> its status and JSON body; anything unexpected -> a 500 without details."""
+    try:
+        return await handler(request)
+    except GatewayError as exc:
+        headers = {"Retry-After": f"{max(1, round(exc.retry_after))}"} if isinstance(exc, Overloaded) else None
+        return web.json_response({"error": exc.to_dict()}, status=exc.status, headers=headers)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = exc.reason.lower().replace(" ", "_")
+        return web.json_response(error_body(code, exc.reason), status=exc.status, headers=_allow(exc))
+    except (asyncio.CancelledError, ConnectionResetError):
+        raise
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return web.json_response(error_body("internal_error", "internal server error"), status=500)
+
+
+def _allow(exc: web.HTTPException) -> dict[str, str] | None:
+    allow = exc.headers.get("Allow")
+    return {"Allow": allow} if allow else None
+
+
+async def _engine_lifecycle(app: web.Application) -> AsyncIterator[None]:
+    gw = app[GATEWAY]
+    loader = asyncio.create_task(_load_engine(gw))
+    yield
+    loader.cancel()
+    await asyncio.gather(loader, return_exceptions=True)
+    await gw.engine.aclose()
+
+
+async def _load_engine(gw: Gateway) -> None:
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    try:
+        await gw.engine.start()
+    except Exception as exc:  # reported on /readyz and to every request as a 503
+        log.exception("engine %s failed to load", gw.engine.name)
+        gw.load_error = f"{type(exc).__name__}: {exc}"
+    else:
+        log.info("engine %s ready in %.2f s", gw.engine.name, loop.time() - started)
+    finally:
+        gw.ready.set()
+
+
+def make_app(settings: Settings, engine: Engine | None = None) -> web.Application:
+    """Build the gateway. The engine loads in the background; ``/readyz`` says when it is done."""
+    app = web.Application(middlewares=[errors_middleware], client_max_size=1024 * 1024)
+    gw = Gateway(
+        settings=settings,
+        engine=engine or create_engine(settings),
+        metrics=Metrics(),
+        agent=SimulatedAgent(first_token_ms=settings.agent_first_token_ms, tokens_per_s=settings.agent_tokens_per_s),
+    )
+    app[GATEWAY] = gw
+    app.cleanup_ctx.append(_engine_lifecycle)
+    app.router.add_get("/", http.index)
+    app.router.add_get("/healthz", http.healthz)
+    app.router.add_get("/readyz", http.readyz)
+    app.router.add_get("/metrics", http.metrics)
+    app.router.add_get("/v1/voices", http.voices)
+    app.router.add_post("/v1/audio/speech", http.speech)
+    app.router.add_route("GET", "/v1/stream/sse", handle_sse)
+    app.router.add_route("POST", "/v1/stream/sse", handle_sse)
+    app.router.add_get("/v1/stream/ws", handle_ws)
+    app.router.add_static("/static/", settings.static_dir, follow_symlinks=False, show_index=False)
+    return app

@@ -1,0 +1,145 @@
+"""Command line: ``serve`` (default), ``container``, ``synth``, ``bench``, ``loadtest``, ``deploy``."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from aiohttp import web
+
+from .config import Settings, load_settings
+
+log = logging.getLogger("gateway")
+
+SUBCOMMANDS = ("serve", "container", "synth", "bench", "loadtest", "deploy")
+BENCHES = ("engine", "quality", "overhead", "transports", "ttfb", "agent", "soak")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="TOML settings file (default: config/default.toml)")
+    p.add_argument("--engine", help="embedded (default), kokoro, container, sagemaker or fake")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                   help="override any setting, e.g. --set fake_rtf=0.3 (repeatable)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="run_gateway.py", description="Streaming Kokoro-82M TTS gateway")
+    sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(SUBCOMMANDS) + "}")
+    serve = sub.add_parser("serve", help="run the gateway (default)")
+    _common(serve)
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    cont = sub.add_parser("container", help="run the SageMaker model container (port 8080)")
+    _common(cont)
+    cont.add_argument("--host", default="0.0.0.0")
+    cont.add_argument("--port", type=int, default=8080)
+    synth = sub.add_parser("synth", help="synthesize TEXT to a file")
+    _common(synth)
+    synth.add_argument("text")
+    synth.add_argument("-o", "--output", required=True)
+    synth.add_argument("--voice", default="")
+    synth.add_argument("--format", default="", help="mp3, wav, pcm or opus (default: from the file name)")
+    synth.add_argument("--speed", type=float, default=1.0)
+    bench = sub.add_parser("bench", help="benchmarks: " + ", ".join(BENCHES))
+    bench.add_argument("name", choices=BENCHES)
+    bench.add_argument("args", nargs=argparse.REMAINDER, help="the benchmark's own options (--help)")
+    load = sub.add_parser("loadtest", help="concurrency sweep and auto-scaling targets", add_help=False)
+    load.add_argument("args", nargs=argparse.REMAINDER)
+    deploy = sub.add_parser("deploy", help="create the SageMaker endpoint and its scaling policy", add_help=False)
+    deploy.add_argument("args", nargs=argparse.REMAINDER)
+    return parser
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    overrides: dict[str, object] = {}
+    for item in getattr(args, "set", []):
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--set expects NAME=VALUE, got {item!r}")
+        overrides[name.strip()] = value
+    for name in ("engine", "host", "port"):
+        if getattr(args, name, None) is not None:
+            overrides[name] = getattr(args, name)
+    try:
+        return load_settings(getattr(args, "config", None), overrides=overrides)
+    except ValueError as exc:
+        raise SystemExit(f"bad settings: {exc}") from None
+
+
+async def serve(settings: Settings, app: web.Application, *, what: str = "gateway") -> None:
+    """Run ``app`` until SIGINT/SIGTERM; log one line once it listens and its engine is ready."""
+    from .state import GATEWAY
+
+    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=10.0)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host, settings.port)
+    await site.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    gw = app.get(GATEWAY)
+    if gw is not None:
+        await gw.ready.wait()
+    state = f"engine {gw.engine.name} ready" if gw and not gw.load_error else "engine FAILED to load, see above"
+    log.info("%s listening on http://%s:%d (%s)", what, settings.host, settings.port, state)
+    try:
+        await stop.wait()
+    finally:
+        log.info("shutting down")
+        await runner.cleanup()
+
+
+async def synth(settings: Settings, args: argparse.Namespace) -> None:
+    from .batch import synthesize_batch
+    from .engines import create_engine
+    from .options import parse_options
+
+    engine = create_engine(settings)
+    await engine.start()
+    try:
+        fmt = args.format or Path(args.output).suffix.lstrip(".") or "mp3"
+        options = parse_options({"text": args.text, "voice": args.voice, "format": fmt, "speed": args.speed}, settings, engine)
+        audio = await synthesize_batch(engine, options, settings)
+    finally:
+        await engine.aclose()
+    Path(args.output).write_bytes(audio)
+    log.info("wrote %s (%d bytes, %s, voice %s)", args.output, len(audio), options.format, options.voice)
+
+
+def run_module(target: str, argv: list[str]) -> int:
+    module = importlib.import_module(target)
+    return int(module.main(argv) or 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or (argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help")):
+        argv = ["serve", *argv]
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "bench":
+        return run_module(f"gateway.bench.{args.name}", args.args)
+    if args.command == "loadtest":
+        return run_module("gateway.bench.loadtest", args.args)
+    if args.command == "deploy":
+        return run_module("gateway.deploy", args.args)
+    settings = settings_from(args)
+    logging.getLogger().setLevel(settings.log_level.upper())
+    if args.command == "synth":
+        asyncio.run(synth(settings, args))
+        return 0
+    if args.command == "container":
+        from .container import make_container_app
+
+        settings = settings.replace(host=args.host, port=args.port)
+        asyncio.run(serve(settings, make_container_app(settings), what="model container"))
+        return 0
+    from .app import make_app
+
+    asyncio.run(serve(settings, make_app(settings)))
+    return 0

@@ -1,0 +1,126 @@
+"""One frozen ``Settings`` dataclass, read from TOML, then ``GATEWAY_*`` env vars, then the CLI.
+
+TOML tables are flattened: ``[embedded] threads = 2`` sets ``embedded_threads``, which the
+environment overrides as ``GATEWAY_EMBEDDED_THREADS=2`` and the command line as
+``--set embedded_threads=2`` (the common ones have their own flags: ``--host``, ``--port``,
+``--engine``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG = ROOT / "config" / "default.toml"
+ENV_PREFIX = "GATEWAY_"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    # server
+    host: str = "127.0.0.1"
+    port: int = 8000
+    engine: str = "embedded"
+    log_level: str = "INFO"
+    static_dir: str = str(ROOT / "static")
+
+    # request limits and defaults
+    max_text_chars: int = 5000
+    max_prompt_chars: int = 2000
+    default_voice: str = ""  # empty: the engine's own default
+    default_format: str = "mp3"
+    default_bitrate: int = 64
+
+    # stream core
+    lookahead: int = 2  # sentences synthesized ahead of the one being sent
+    frames_per_payload: int = 8  # MP3 frames grouped per payload after the first one
+    first_clause_words: int = 4  # fast path: cut the first sentence at a clause mark (0 = off)
+    max_segment_chars: int = 300  # longer sentences are split at clause boundaries
+    synth_timeout_s: float = 30.0  # per segment
+
+    # embedded engine (Kokoro-82M int8 ONNX on onnxruntime)
+    embedded_threads: int = 2  # intra-op threads per inference
+    embedded_workers: int = 1  # concurrent inferences (1 gives the lowest latency)
+    embedded_g2p: str = "misaki"  # misaki (spaCy POS + espeak fallback) or espeak
+
+    # fake engine (tests and capacity runs only)
+    fake_rtf: float = 0.0  # seconds of compute per second of audio; 0 = instant
+    fake_first_delay_ms: float = 0.0
+    fake_fail_after: int = -1  # raise after this many chunks (-1 = never)
+    fake_hang: bool = False
+    fake_chunk_ms: int = 200
+
+    # simulated agent behind `prompt`
+    agent_first_token_ms: float = 350.0
+    agent_tokens_per_s: float = 60.0
+
+    # container / sagemaker engines
+    container_url: str = "ws://127.0.0.1:8080/invocations-bidirectional-stream"
+    sagemaker_endpoint: str = ""
+    sagemaker_region: str = ""
+
+    def replace(self, **changes: Any) -> "Settings":
+        return dataclasses.replace(self, **_coerce_all(changes))
+
+
+_FIELDS = {f.name: f for f in fields(Settings)}
+
+
+def _coerce(name: str, value: Any) -> Any:
+    if name not in _FIELDS:
+        raise ValueError(f"unknown setting {name!r}; known: {', '.join(sorted(_FIELDS))}")
+    kind = type(getattr(Settings(), name))
+    if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
+        return value
+    if kind is bool:
+        text = str(value).strip().lower()
+        if text in {"1", "true", "yes", "on"}:
+            return True
+        if text in {"0", "false", "no", "off"}:
+            return False
+        raise ValueError(f"setting {name} expects true/false, got {value!r}")
+    try:
+        return kind(value)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"setting {name} expects {kind.__name__}, got {value!r}") from exc
+
+
+def _coerce_all(values: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _coerce(k, v) for k, v in values.items()}
+
+
+def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            # [server] is the one table whose keys are not prefixed
+            out.update(_flatten(value, "" if key == "server" else f"{name}_"))
+        else:
+            out[name] = value
+    return out
+
+
+def load_settings(
+    config_file: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Settings:
+    """Defaults < TOML file < ``GATEWAY_*`` environment < explicit overrides (the CLI)."""
+    values: dict[str, Any] = {}
+    env = os.environ if env is None else env
+    path = Path(config_file or env.get(ENV_PREFIX + "CONFIG") or DEFAULT_CONFIG)
+    if config_file is not None or path.exists():
+        with path.open("rb") as fh:
+            values.update(_flatten(tomllib.load(fh)))
+    for key, raw in env.items():
+        if key.startswith(ENV_PREFIX) and key != ENV_PREFIX + "CONFIG":
+            name = key[len(ENV_PREFIX):].lower()
+            if name in _FIELDS:
+                values[name] = raw
+    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    return Settings(**_coerce_all(values))

@@ -1,0 +1,91 @@
+"""Deterministic tones whose length follows the text: for tests and capacity runs only.
+
+A real subclass-free engine with knobs for speed (``fake_rtf``), first-chunk delay, injected
+failure and hangs, never a mock. Each word becomes 180 ms of a tone whose pitch depends on
+the word, followed by 60 ms of silence, so duration is predictable from the text.
+"""
+from __future__ import annotations
+
+import asyncio
+import zlib
+from typing import AsyncIterator
+
+import numpy as np
+
+from ..config import Settings
+from ..errors import BadRequest, EngineError
+from .base import Voice
+
+WORD_S = 0.18
+GAP_S = 0.06
+
+
+def fake_duration_s(text: str, speed: float = 1.0) -> float:
+    """Seconds of audio the fake engine makes for ``text``: what tests assert against."""
+    words = len(text.split())
+    return round(words * (WORD_S + GAP_S) / speed * 24000) / 24000 if words else 0.0
+
+
+class FakeEngine:
+    name = "fake"
+    sample_rate = 24000
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.max_concurrency = 64
+        self.calls = 0  # segments started: lets capacity tests see work being cancelled
+        self.active = 0  # segments in progress right now
+        self._voices = (
+            Voice("tone_a", "en-US", "neutral", "fake 220-440 Hz tones", default=True),
+            Voice("tone_b", "en-US", "neutral", "fake 330-660 Hz tones"),
+        )
+
+    @property
+    def voices(self) -> tuple[Voice, ...]:
+        return self._voices
+
+    @property
+    def default_voice(self) -> str:
+        return self._voices[0].id
+
+    async def start(self) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+    def render(self, text: str, voice: str, speed: float) -> np.ndarray:
+        base = 220.0 if voice == "tone_a" else 330.0
+        word_n = int(round(WORD_S / speed * self.sample_rate))
+        gap = np.zeros(int(round(GAP_S / speed * self.sample_rate)), np.int16)
+        t = np.arange(word_n) / self.sample_rate
+        envelope = np.sin(np.pi * np.arange(word_n) / word_n)  # rises and falls like a syllable
+        parts = []
+        for word in text.split():
+            freq = base * (1 + (zlib.crc32(word.encode()) % 100) / 100)
+            tone = 0.4 * envelope * np.sin(2 * np.pi * freq * t)
+            parts += [(tone * 32767).astype(np.int16), gap]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int16)
+
+    async def synthesize(self, text: str, *, voice: str, speed: float) -> AsyncIterator[bytes]:
+        if voice not in {v.id for v in self._voices}:
+            raise BadRequest(f"unknown voice {voice!r}", code="unknown_voice")
+        s = self.settings
+        self.calls += 1
+        self.active += 1
+        try:
+            if s.fake_first_delay_ms:
+                await asyncio.sleep(s.fake_first_delay_ms / 1000)
+            if s.fake_hang:
+                await asyncio.Event().wait()
+            pcm = self.render(text, voice, speed)
+            step = max(1, int(self.sample_rate * s.fake_chunk_ms / 1000))
+            for n, start in enumerate(range(0, len(pcm), step)):
+                if 0 <= s.fake_fail_after <= n:
+                    raise EngineError("fake engine failure injected", code="engine_error")
+                chunk = pcm[start:start + step]
+                if s.fake_rtf:
+                    await asyncio.sleep(len(chunk) / self.sample_rate * s.fake_rtf)
+                yield chunk.tobytes()
+        finally:
+            self.active -= 1

@@ -1,0 +1,69 @@
+"""The gateway's error hierarchy, translated to the wire only at the edges.
+
+HTTP routes turn these into a status and ``{"error": {"code", "message"}}``; the SSE channel
+into an ``error`` event; the WebSocket channel into an ``error`` event and, where the session
+cannot go on, a close code.
+"""
+from __future__ import annotations
+
+
+class GatewayError(Exception):
+    """Base class. ``code`` is the stable machine-readable name, ``status`` the HTTP status."""
+
+    code = "internal_error"
+    status = 500
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+
+    def to_dict(self) -> dict[str, str]:
+        return {"code": self.code, "message": self.message}
+
+
+class BadRequest(GatewayError):
+    code = "bad_request"
+    status = 400
+
+
+class PayloadTooLarge(BadRequest):
+    code = "too_large"
+    status = 413
+
+
+class Unauthorized(GatewayError):
+    code = "unauthorized"
+    status = 401
+
+
+class Forbidden(GatewayError):
+    code = "forbidden"
+    status = 403
+
+
+class Overloaded(GatewayError):
+    """The engine's queue is full; the client should retry after ``retry_after`` seconds."""
+
+    code = "overloaded"
+    status = 503
+
+    def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class EngineError(GatewayError):
+    code = "engine_error"
+    status = 502
+
+
+class EngineTimeout(EngineError):
+    code = "engine_timeout"
+    status = 504
+
+
+class NotReady(GatewayError):
+    code = "not_ready"
+    status = 503

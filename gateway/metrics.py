@@ -1,0 +1,30 @@
+"""Prometheus metrics, one registry per application (no module-level state)."""
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+TTFB_BUCKETS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.sessions = Counter("tts_sessions", "Sessions started", ["channel"], registry=r)
+        self.active = Gauge("tts_sessions_active", "Sessions in progress", ["channel"], registry=r)
+        self.ttfb = Histogram(
+            "tts_time_to_first_audio_seconds",
+            "From the input that completed the first segment to the first audio payload",
+            ["channel"],
+            buckets=TTFB_BUCKETS,
+            registry=r,
+        )
+        self.bytes = Counter("tts_bytes", "Bytes by channel: encoded audio and on the wire", ["channel", "kind"], registry=r)
+        self.errors = Counter("tts_errors", "Errors sent to clients", ["channel", "code"], registry=r)
+        self.segments = Counter("tts_segments", "Segments synthesized", registry=r)
+        self.synth_seconds = Histogram("tts_segment_synthesis_seconds", "Engine time per segment", registry=r)
+        self.inflight = Gauge("tts_engine_inflight", "Segments being synthesized now", registry=r)
+        self.queued = Gauge("tts_engine_queued", "Sessions waiting for the engine", registry=r)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

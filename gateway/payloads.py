@@ -1,0 +1,42 @@
+"""Cut an utterance's encoded bytes into the payloads a channel sends.
+
+Frame mode never holds audio back: every push returns all whole MP3 frames that exist, split
+into groups of at most ``frames_per_payload`` (grouping only bounds the message size; waiting
+to fill a group would add latency). ``bytes:N`` mode cuts at arbitrary byte counts; it exists
+only to demonstrate what misaligned payloads do to a player.
+"""
+from __future__ import annotations
+
+from .audio.mp3 import split_frames
+
+MP3_FRAME_SAMPLES = 576  # MPEG-2 Layer III at 24 kHz: 24 ms
+
+
+class Packetizer:
+    def __init__(self, fmt: str, *, chunk_bytes: int = 0, frames_per_payload: int = 8) -> None:
+        self.fmt = fmt
+        self.chunk_bytes = chunk_bytes
+        self.frames_per_payload = max(1, frames_per_payload)
+        self._pending = bytearray()  # naive mode only
+
+    def push(self, data: bytes) -> list[bytes]:
+        if not data:
+            return []
+        if self.chunk_bytes:
+            self._pending += data
+            n = self.chunk_bytes
+            cut = len(self._pending) - len(self._pending) % n
+            out = [bytes(self._pending[i:i + n]) for i in range(0, cut, n)]
+            del self._pending[:cut]
+            return out
+        if self.fmt == "mp3":
+            return split_frames(data, self.frames_per_payload)
+        if self.fmt in ("pcm", "wav"):
+            # same duration per payload as the MP3 grouping; cuts stay on whole samples
+            step = self.frames_per_payload * MP3_FRAME_SAMPLES * 2
+            return [data[i:i + step] for i in range(0, len(data), step)]
+        return [data]  # opus/WebM: the muxer's own clusters
+
+    def flush(self) -> list[bytes]:
+        rest, self._pending = bytes(self._pending), bytearray()
+        return [rest] if rest else []

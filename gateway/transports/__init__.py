@@ -1,0 +1,1 @@
+"""Browser channels: thin maps from core events to the wire."""
