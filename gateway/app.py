@@ -8,12 +8,14 @@ from typing import AsyncIterator, Awaitable, Callable
 from aiohttp import web
 
 from . import http
+from .admission import Admission
 from .agent import SimulatedAgent
 from .config import Settings
 from .engines import create_engine
 from .engines.base import Engine
 from .errors import GatewayError, Overloaded
 from .metrics import Metrics
+from .security import check_auth
 from .state import GATEWAY, Gateway
 from .transports.sse import handle_sse
 from .transports.ws import handle_ws
@@ -31,6 +33,7 @@ def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
 async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """GatewayError -> its status and JSON body; anything unexpected -> a 500 without details."""
     try:
+        check_auth(request, request.app[GATEWAY].settings)
         return await handler(request)
     except GatewayError as exc:
         headers = {"Retry-After": f"{max(1, round(exc.retry_after))}"} if isinstance(exc, Overloaded) else None
@@ -78,11 +81,20 @@ async def _load_engine(gw: Gateway) -> None:
 def make_app(settings: Settings, engine: Engine | None = None) -> web.Application:
     """Build the gateway. The engine loads in the background; ``/readyz`` says when it is done."""
     app = web.Application(middlewares=[errors_middleware], client_max_size=1024 * 1024)
+    engine = engine or create_engine(settings)
+    metrics = Metrics()
     gw = Gateway(
         settings=settings,
-        engine=engine or create_engine(settings),
-        metrics=Metrics(),
+        engine=engine,
+        metrics=metrics,
         agent=SimulatedAgent(first_token_ms=settings.agent_first_token_ms, tokens_per_s=settings.agent_tokens_per_s),
+        admission=Admission(
+            max_active=settings.max_active_sessions or engine.max_concurrency * 4,
+            max_queued=settings.max_queued_sessions,
+            queue_timeout_s=settings.queue_timeout_s,
+            per_client=settings.max_sessions_per_client,
+            metrics=metrics,
+        ),
     )
     app[GATEWAY] = gw
     app.cleanup_ctx.append(_engine_lifecycle)
@@ -97,3 +109,19 @@ def make_app(settings: Settings, engine: Engine | None = None) -> web.Applicatio
     app.router.add_get("/v1/stream/ws", handle_ws)
     app.router.add_static("/static/", settings.static_dir, follow_symlinks=False, show_index=False)
     return app
+
+
+async def drain(gw: Gateway, grace_s: float) -> None:
+    """Graceful stop: refuse new sessions, let those in flight finish up to ``grace_s``, then
+    close the WebSockets still open with 1001 (going away)."""
+    from aiohttp import WSCloseCode
+
+    gw.admission.draining = True
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace_s
+    while gw.admission.active and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+    left = list(gw.channels)
+    if left:
+        log.info("closing %d sessions still open after %.1f s", len(left), grace_s)
+    await asyncio.gather(*(ch.close(WSCloseCode.GOING_AWAY, "going_away") for ch in left), return_exceptions=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from .audio.encoders import make_encoder
+from .audio.encoders import encode_all
 from .config import Settings
 from .engines.base import Engine
 from .errors import EngineTimeout
@@ -35,5 +35,4 @@ async def synthesize_pcm(engine: Engine, options: StreamOptions, settings: Setti
 async def synthesize_batch(engine: Engine, options: StreamOptions, settings: Settings) -> bytes:
     """The encoded audio of the whole text (one encoder, so segments join without gaps)."""
     pcm = await synthesize_pcm(engine, options, settings)
-    encoder = make_encoder(options.format, sample_rate=engine.sample_rate, bitrate=options.bitrate)
-    return encoder.encode(pcm) + encoder.flush()
+    return encode_all(options.format, pcm, sample_rate=engine.sample_rate, bitrate=options.bitrate)

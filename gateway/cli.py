@@ -89,9 +89,15 @@ async def serve(settings: Settings, app: web.Application, *, what: str = "gatewa
     log.info("%s listening on http://%s:%d (%s)", what, settings.host, settings.port, state)
     try:
         await stop.wait()
+        log.info("shutting down: no new sessions; %.0f s for those in flight", settings.shutdown_grace_s)
+        await site.stop()  # stop listening at once
+        if gw is not None:
+            from .app import drain
+
+            await drain(gw, settings.shutdown_grace_s)
     finally:
-        log.info("shutting down")
         await runner.cleanup()
+        log.info("stopped")
 
 
 async def synth(settings: Settings, args: argparse.Namespace) -> None:

@@ -58,6 +58,26 @@ class Settings:
     agent_first_token_ms: float = 350.0
     agent_tokens_per_s: float = 60.0
 
+    # admission control: sessions synthesizing at once, and how many may wait beyond that
+    max_active_sessions: int = 0  # 0: the engine's own max_concurrency x 4
+    max_queued_sessions: int = 16  # beyond active + queued: 503 + Retry-After / error + close 1013
+    queue_timeout_s: float = 10.0  # a queued session that waits longer is refused the same way
+
+    # reliability and security
+    auth_token: str = ""  # when set, every /v1 route needs `Authorization: Bearer <token>`
+    allowed_origins: str = ""  # comma-separated; empty: same origin only (and non-browser clients)
+    max_sessions_per_client: int = 0  # concurrent streaming sessions per client address (0 = off; behind a proxy all clients share one)
+    ws_max_message_bytes: int = 65536
+    ws_messages_per_s: float = 50.0  # per-session rate limit (token bucket)
+    ws_burst: int = 200
+    send_queue_bytes: int = 1 << 20  # a client this far behind is slow: closed with 1008
+    send_timeout_s: float = 10.0  # ... and so is one that takes longer to accept one message
+    shutdown_grace_s: float = 10.0  # SIGTERM: sessions in flight may finish this long
+
+    # torch engine (hexgrad kokoro) on a GPU host
+    kokoro_dir: str = ""  # folder with config.json, the .pth weights and voices/*.pt
+    kokoro_device: str = ""  # "" = cuda if available, else cpu
+
     # container / sagemaker engines
     container_url: str = "ws://127.0.0.1:8080/invocations-bidirectional-stream"
     sagemaker_endpoint: str = ""

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from .admission import Admission
 from .agent import SimulatedAgent
 from .config import Settings
 from .engines.base import Engine
@@ -19,7 +20,9 @@ class Gateway:
     engine: Engine
     metrics: Metrics
     agent: SimulatedAgent
+    admission: Admission
     ready: asyncio.Event = field(default_factory=asyncio.Event)
+    channels: set[object] = field(default_factory=set)  # open WebSocket channels, for shutdown
     load_error: str | None = None
 
     async def wait_ready(self, timeout: float = 60.0) -> None:

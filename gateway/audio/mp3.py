@@ -99,7 +99,8 @@ def parse_header(data: bytes | bytearray | memoryview, offset: int = 0) -> Frame
 def id3v2_size(data: bytes | bytearray) -> int | None:
     """Bytes taken by a leading ID3v2 tag: 0 if none, None if ``data`` is too short to say."""
     if len(data) < 3:
-        return None if b"ID3".startswith(bytes(data)) and data else 0
+        could_be_tag = bool(data) and b"ID3".startswith(bytes(data))
+        return None if could_be_tag else 0
     if data[:3] != b"ID3":
         return 0
     if len(data) < 10:
@@ -173,7 +174,7 @@ def split_frames(data: bytes | bytearray, frames_per_payload: int) -> list[bytes
 
 
 def info_tag(frame: bytes | bytearray) -> str | None:
-    """"Xing", "Info" or "VBRI" when ``frame`` is a metadata frame rather than audio.
+    """The tag ("Xing", "Info" or "VBRI") when ``frame`` is a metadata frame, else None.
 
     Encoders that can seek back write such a first frame (encoder delay, frame count); it
     parses and decodes as a frame of silence, so it is harmless in a stream.

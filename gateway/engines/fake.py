@@ -32,7 +32,7 @@ class FakeEngine:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.max_concurrency = 64
+        self.max_concurrency = 4096  # no real compute: capacity runs hold thousands
         self.calls = 0  # segments started: lets capacity tests see work being cancelled
         self.active = 0  # segments in progress right now
         self._voices = (

@@ -15,6 +15,7 @@ from aiohttp_sse import EventSourceResponse, sse_response
 
 from ..errors import BadRequest
 from ..options import parse_options
+from ..security import check_origin
 from ..state import GATEWAY
 from ..stream import Event, StreamSession
 
@@ -45,22 +46,26 @@ async def _request_fields(request: web.Request) -> dict[str, Any]:
 
 async def handle_sse(request: web.Request) -> web.StreamResponse:
     gw = request.app[GATEWAY]
+    check_origin(request, gw.settings)
     # validation errors are plain HTTP errors: nothing has been streamed yet
     options = parse_options(await _request_fields(request), gw.settings, gw.engine)
     if not (options.text.strip() or options.prompt.strip()):
         raise BadRequest("give `text` or `prompt`", code="empty_input")
     await gw.wait_ready()
-    session = StreamSession(gw.engine, options, gw.settings, agent=gw.agent, metrics=gw.metrics)
-    m = gw.metrics
-    m.sessions.labels("sse").inc()
-    m.active.labels("sse").inc()
-    try:
-        async with sse_response(request, response_cls=CountingEventSource, allow_all_methods=True) as resp:
-            await _stream(session, resp)
-        return resp
-    finally:
-        m.active.labels("sse").dec()
-        await session.aclose()  # a client that went away stops its synthesis here
+    async with gw.admission.session(request.remote or "?"):  # 503 + Retry-After when full
+        session = StreamSession(gw.engine, options, gw.settings, agent=gw.agent, metrics=gw.metrics)
+        m = gw.metrics
+        m.sessions.labels("sse").inc()
+        m.active.labels("sse").inc()
+        try:
+            async with sse_response(request, response_cls=CountingEventSource, allow_all_methods=True) as resp:
+                await _stream(session, resp)
+            return resp
+        except ConnectionError:
+            return web.Response(status=499)  # the client went away; nothing more to send
+        finally:
+            m.active.labels("sse").dec()
+            await session.aclose()  # a client that went away stops its synthesis here
 
 
 async def _stream(session: StreamSession, resp: CountingEventSource) -> None:

@@ -3,8 +3,11 @@
 Client -> server: JSON text frames ``start``, ``text``, ``prompt``, ``flush``, ``end``,
 ``cancel``. Server -> client: JSON events, and each audio payload as ONE binary frame of whole
 MP3 frames; with ``envelope=msgpack`` every server message is one binary msgpack map instead.
-Errors the session can survive (a malformed message, an unknown type) answer an ``error``
-event; errors it cannot (bad options, an engine failure) answer ``error`` and then a close code.
+
+Errors the session survives (a malformed message, an unknown type, text after ``end``) answer
+an ``error`` event. Errors it cannot survive answer ``error`` and then a close code: 1008 bad
+options, a message flood or a client too slow to read; 1009 a message over the size limit;
+1011 an engine failure or timeout; 1013 overloaded or not ready; 1001 server shutdown.
 """
 from __future__ import annotations
 
@@ -12,21 +15,19 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from typing import Any
 
 import msgpack
 from aiohttp import WSCloseCode, WSMsgType, web
 
-from ..errors import BadRequest, GatewayError, NotReady, PayloadTooLarge
-from ..options import parse_options
+from ..errors import BadRequest, GatewayError, PayloadTooLarge
+from ..security import check_origin
 from ..state import GATEWAY, Gateway
 from ..stream import Event, StreamSession
+from .ws_input import Fatal, RateLimiter, validate_message
 
 log = logging.getLogger(__name__)
-
-CLIENT_TYPES = ("start", "text", "prompt", "flush", "end", "cancel")
-MAX_MESSAGE_BYTES = 64 * 1024
-
 
 def frame_overhead(n: int) -> int:
     """Bytes of a server-to-client (unmasked) WebSocket frame header for an n-byte payload."""
@@ -34,14 +35,18 @@ def frame_overhead(n: int) -> int:
 
 
 class WsChannel:
-    def __init__(self, ws: web.WebSocketResponse, gw: Gateway, query: dict[str, str]) -> None:
-        self.ws, self.gw, self.query = ws, gw, query
+    def __init__(self, ws: web.WebSocketResponse, gw: Gateway, request: web.Request) -> None:
+        self.ws, self.gw, self.request = ws, gw, request
+        self.query = dict(request.query)
         self.session: StreamSession | None = None
         self.writer: asyncio.Task[None] | None = None
-        self.msgpack = query.get("envelope", "json") == "msgpack"
+        self.msgpack = self.query.get("envelope", "json") == "msgpack"
         self.lock = asyncio.Lock()
+        self.limiter = RateLimiter(gw.settings.ws_messages_per_s, gw.settings.ws_burst)
         self.audio_wire = 0
         self.total_wire = 0
+        self.text_chars = 0  # text received in the current reply
+        self.finished: asyncio.Future[None] | None = None  # set when the pump has closed the session
 
     # -- sending ------------------------------------------------------------------------
     async def send_event(self, event: Event) -> int:
@@ -50,52 +55,86 @@ class WsChannel:
             body = {"type": event.type, **event.fields}
             if event.type == "audio":
                 body["audio"] = event.audio
-            data: bytes = msgpack.packb(body, use_bin_type=True)
-            async with self.lock:
-                await self.ws.send_bytes(data)
+            data: bytes | str = msgpack.packb(body, use_bin_type=True)
         elif event.type == "audio":
             data = event.audio
-            async with self.lock:
-                await self.ws.send_bytes(data)
         else:
-            data = json.dumps({"type": event.type, **event.fields}).encode()
-            async with self.lock:
-                await self.ws.send_str(data.decode())
-        wire = len(data) + frame_overhead(len(data))
+            data = json.dumps({"type": event.type, **event.fields})
+        size = len(data) if isinstance(data, bytes) else len(data.encode())
+        await self._send(data)
+        wire = size + frame_overhead(size)
         self.total_wire += wire
         return wire
 
+    async def _send(self, data: bytes | str) -> None:
+        transport = self.request.transport
+        backlog = transport.get_write_buffer_size() if transport else 0
+        if backlog > self.gw.settings.send_queue_bytes:
+            raise Fatal(WSCloseCode.POLICY_VIOLATION, "slow_client", f"client is {backlog} bytes behind")
+        async with self.lock:
+            try:
+                async with asyncio.timeout(self.gw.settings.send_timeout_s):
+                    if isinstance(data, bytes):
+                        await self.ws.send_bytes(data)
+                    else:
+                        await self.ws.send_str(data)
+            except TimeoutError:
+                raise Fatal(WSCloseCode.POLICY_VIOLATION, "slow_client", "client stopped reading") from None
+
     async def send_error(self, exc: GatewayError) -> None:
         self.gw.metrics.errors.labels("ws", exc.code).inc()
-        with contextlib.suppress(ConnectionError):
+        with contextlib.suppress(ConnectionError, Fatal, RuntimeError):
             await self.send_event(Event("error", exc.to_dict()))
 
     async def close(self, code: int, message: str = "") -> None:
-        await self.ws.close(code=code, message=message.encode()[:120])
+        if self.ws.closed:
+            return
+        try:
+            async with asyncio.timeout(2.0):
+                await self.ws.close(code=code, message=message.encode()[:120])
+        except (TimeoutError, ConnectionError):
+            if self.request.transport is not None:
+                self.request.transport.abort()  # a client that won't take a close frame is cut off
 
     # -- the session's events -> the wire -----------------------------------------------
     async def pump(self, session: StreamSession) -> None:
+        last = ""
+        try:
+            async for event in session.events():
+                last = event.type
+                if event.type == "done":
+                    event = Event("done", {**event.fields, "wire_bytes": self.audio_wire,
+                                           "wire_bytes_total": self.total_wire, "channel": "ws"})
+                    if event.fields.get("ttfb_ms") is not None:
+                        self.gw.metrics.ttfb.labels("ws").observe(event.fields["ttfb_ms"] / 1000)
+                wire = await self.send_event(event)
+                self._observe(event, wire)
+            # done: a normal close; error: the session cannot go on (engine fault or timeout)
+            await self.close(WSCloseCode.OK if last == "done" else WSCloseCode.INTERNAL_ERROR)
+        except Fatal as exc:  # too slow to read: no error event can reach it, just the close
+            self.gw.metrics.errors.labels("ws", exc.code).inc()
+            await self.close(exc.close_code, exc.code)
+            if self.request.transport is not None:
+                self.request.transport.abort()  # drop what it never read
+        except ConnectionError:
+            pass
+        finally:
+            if self.finished is not None and not self.finished.done():
+                self.finished.set_result(None)
+
+    def _observe(self, event: Event, wire: int) -> None:
         m = self.gw.metrics
-        event = Event("none")
-        async for event in session.events():
-            if event.type == "done":
-                fields = {**event.fields, "wire_bytes": self.audio_wire, "wire_bytes_total": self.total_wire, "channel": "ws"}
-                event = Event("done", fields)
-                if fields.get("ttfb_ms") is not None:
-                    m.ttfb.labels("ws").observe(fields["ttfb_ms"] / 1000)
-            wire = await self.send_event(event)
-            if event.type == "audio":
-                self.audio_wire += wire
-                m.bytes.labels("ws", "audio").inc(len(event.audio))
-                m.bytes.labels("ws", "wire").inc(wire)
-            elif event.type == "error":
-                m.errors.labels("ws", str(event.fields.get("code"))).inc()
-        last = event.type if session.finished else ""
-        # done: a normal close; error: the session cannot go on (engine fault or timeout)
-        await self.close(WSCloseCode.OK if last == "done" else WSCloseCode.INTERNAL_ERROR)
+        if event.type == "audio":
+            self.audio_wire += wire
+            m.bytes.labels("ws", "audio").inc(len(event.audio))
+            m.bytes.labels("ws", "wire").inc(wire)
+        elif event.type == "error":
+            m.errors.labels("ws", str(event.fields.get("code"))).inc()
 
     # -- the client's messages -> the session -------------------------------------------
     async def open_session(self, fields: dict[str, Any]) -> StreamSession:
+        from ..options import parse_options
+
         options = parse_options({**self.query, **fields}, self.gw.settings, self.gw.engine)
         await self.gw.wait_ready()
         session = StreamSession(self.gw.engine, options, self.gw.settings, agent=self.gw.agent, metrics=self.gw.metrics)
@@ -106,9 +145,7 @@ class WsChannel:
         return session
 
     async def handle(self, msg: dict[str, Any]) -> None:
-        kind = msg.get("type")
-        if kind not in CLIENT_TYPES:
-            raise BadRequest(f"unknown message type {kind!r}; expected one of {', '.join(CLIENT_TYPES)}", code="unknown_type")
+        kind = validate_message(msg, self.gw.settings)
         if kind == "start":
             if self.session is not None:
                 raise BadRequest("the session has already started", code="already_started")
@@ -116,28 +153,41 @@ class WsChannel:
             return
         session = self.session or await self.open_session({})
         if kind == "text":
-            text = msg.get("text")
-            if not isinstance(text, str):
-                raise BadRequest("`text` needs a string field `text`", code="invalid_message")
-            if len(text) > self.gw.settings.max_text_chars:
-                raise PayloadTooLarge(f"text is {len(text)} characters; the limit is {self.gw.settings.max_text_chars}")
-            session.push_text(text)
+            self.text_chars += len(msg["text"])
+            if self.text_chars > self.gw.settings.max_text_chars:
+                raise PayloadTooLarge(f"this reply's text passed the limit of {self.gw.settings.max_text_chars} characters")
+            session.push_text(msg["text"])
         elif kind == "prompt":
-            prompt = msg.get("prompt")
-            if not isinstance(prompt, str) or not prompt.strip():
-                raise BadRequest("`prompt` needs a non-empty string field `prompt`", code="invalid_message")
-            if len(prompt) > self.gw.settings.max_prompt_chars:
-                raise PayloadTooLarge(f"prompt is {len(prompt)} characters; the limit is {self.gw.settings.max_prompt_chars}")
-            session.push_prompt(prompt)
+            session.push_prompt(msg["prompt"])
         elif kind == "flush":
             session.flush()
         elif kind == "end":
             session.end()
         elif kind == "cancel":
+            self.text_chars = 0
             await session.cancel()
+
+    async def serve(self) -> None:
+        """Read the client until it leaves or the session ends (the pump closed the socket).
+
+        The reader runs as its own task: a client that stops reading never sends the close
+        handshake, and its session must still end when the pump gives up on it.
+        """
+        reader = asyncio.create_task(self.run())
+        self.finished = asyncio.get_running_loop().create_future()
+        try:
+            await asyncio.wait([reader, self.finished], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not reader.done():
+                reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader  # re-raises Fatal from the reader
 
     async def run(self) -> None:
         async for msg in self.ws:
+            if not self.limiter.allow(time.monotonic()):
+                raise Fatal(WSCloseCode.POLICY_VIOLATION, "rate_limited",
+                            f"more than {self.gw.settings.ws_messages_per_s:g} messages a second")
             if msg.type == WSMsgType.TEXT:
                 await self.on_text(msg.data)
             elif msg.type == WSMsgType.BINARY:
@@ -154,13 +204,12 @@ class WsChannel:
             if not isinstance(msg, dict):
                 raise BadRequest("messages must be JSON objects", code="invalid_json")
             await self.handle(msg)
-        except NotReady as exc:
-            await self.send_error(exc)
-            await self.close(WSCloseCode.TRY_AGAIN_LATER, exc.message)
+        except PayloadTooLarge as exc:
+            raise Fatal(WSCloseCode.MESSAGE_TOO_BIG, exc.code, exc.message) from None
         except BadRequest as exc:
-            await self.send_error(exc)
             if self.session is None and exc.code not in ("invalid_json", "unknown_type", "invalid_message"):
-                await self.close(WSCloseCode.POLICY_VIOLATION, exc.message)
+                raise Fatal(WSCloseCode.POLICY_VIOLATION, exc.code, exc.message) from None
+            await self.send_error(exc)
 
     async def aclose(self) -> None:
         if self.writer is not None:
@@ -173,14 +222,32 @@ class WsChannel:
 
 async def handle_ws(request: web.Request) -> web.WebSocketResponse:
     gw = request.app[GATEWAY]
-    ws = web.WebSocketResponse(max_msg_size=MAX_MESSAGE_BYTES, heartbeat=30.0, compress=False)
+    check_origin(request, gw.settings)  # before the upgrade: a plain 403
+    ws = web.WebSocketResponse(max_msg_size=gw.settings.ws_max_message_bytes, heartbeat=30.0, compress=False)
     await ws.prepare(request)
-    channel = WsChannel(ws, gw, dict(request.query))
+    channel = WsChannel(ws, gw, request)
+    gw.channels.add(channel)
     gw.metrics.sessions.labels("ws").inc()
     gw.metrics.active.labels("ws").inc()
     try:
-        await channel.run()
+        async with gw.admission.session(request.remote or "?"):
+            await channel.serve()
+    except Fatal as exc:
+        await channel.send_error(exc.error)
+        await channel.close(exc.close_code, exc.code)
+    except GatewayError as exc:  # overloaded, shutting down, not ready, too many sessions
+        await channel.send_error(exc)
+        await channel.close(_close_code(exc), exc.code)
     finally:
+        gw.channels.discard(channel)
         gw.metrics.active.labels("ws").dec()
         await channel.aclose()  # a client that went away stops its synthesis here
     return ws
+
+
+def _close_code(exc: GatewayError) -> int:
+    if exc.status in (429, 400, 401, 403, 413):
+        return WSCloseCode.POLICY_VIOLATION
+    if exc.status == 503:
+        return WSCloseCode.TRY_AGAIN_LATER
+    return WSCloseCode.INTERNAL_ERROR

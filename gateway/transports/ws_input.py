@@ -1,0 +1,61 @@
+"""Validation of WebSocket client messages, and the per-session message rate limit."""
+from __future__ import annotations
+
+from typing import Any
+
+from ..config import Settings
+from ..errors import BadRequest, GatewayError, PayloadTooLarge
+
+CLIENT_TYPES = ("start", "text", "prompt", "flush", "end", "cancel")
+
+
+class Fatal(Exception):
+    """The session cannot go on: send ``error`` with ``code``, then close with ``close_code``."""
+
+    def __init__(self, close_code: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.close_code, self.code, self.message = close_code, code, message
+
+    @property
+    def error(self) -> GatewayError:
+        return GatewayError(self.message, code=self.code)
+
+
+class RateLimiter:
+    """Token bucket: ``rate`` messages a second on average, bursts up to ``burst``."""
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self.rate, self.burst = rate, float(burst)
+        self.tokens = float(burst)
+        self.stamp: float | None = None
+
+    def allow(self, now: float) -> bool:
+        if self.rate <= 0:
+            return True
+        if self.stamp is not None:
+            self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True
+
+
+def validate_message(msg: dict[str, Any], settings: Settings) -> str:
+    """Check a client message's shape; return its type."""
+    kind = msg.get("type")
+    if kind not in CLIENT_TYPES:
+        raise BadRequest(f"unknown message type {kind!r}; expected one of {', '.join(CLIENT_TYPES)}", code="unknown_type")
+    if kind == "text":
+        text = msg.get("text")
+        if not isinstance(text, str):
+            raise BadRequest("`text` needs a string field `text`", code="invalid_message")
+        if len(text) > settings.max_text_chars:
+            raise PayloadTooLarge(f"text is {len(text)} characters; the limit is {settings.max_text_chars}")
+    elif kind == "prompt":
+        prompt = msg.get("prompt")
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise BadRequest("`prompt` needs a non-empty string field `prompt`", code="invalid_message")
+        if len(prompt) > settings.max_prompt_chars:
+            raise PayloadTooLarge(f"prompt is {len(prompt)} characters; the limit is {settings.max_prompt_chars}")
+    return str(kind)
