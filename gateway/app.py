@@ -78,25 +78,30 @@ async def _load_engine(gw: Gateway) -> None:
         gw.ready.set()
 
 
-def make_app(settings: Settings, engine: Engine | None = None) -> web.Application:
-    """Build the gateway. The engine loads in the background; ``/readyz`` says when it is done."""
-    app = web.Application(middlewares=[errors_middleware], client_max_size=1024 * 1024)
-    engine = engine or create_engine(settings)
+def build_gateway(settings: Settings, engine: Engine, *, admit: bool = True) -> Gateway:
+    """The state one app holds. ``admit=False`` turns admission control off (the model
+    container: its pooled sockets live across replies, and SageMaker routes the load)."""
     metrics = Metrics()
-    gw = Gateway(
+    max_active = settings.max_active_sessions or engine.max_concurrency * 4
+    return Gateway(
         settings=settings,
         engine=engine,
         metrics=metrics,
         agent=SimulatedAgent(first_token_ms=settings.agent_first_token_ms, tokens_per_s=settings.agent_tokens_per_s),
         admission=Admission(
-            max_active=settings.max_active_sessions or engine.max_concurrency * 4,
-            max_queued=settings.max_queued_sessions,
+            max_active=max_active if admit else 1 << 30,
+            max_queued=settings.max_queued_sessions if admit else 0,
             queue_timeout_s=settings.queue_timeout_s,
-            per_client=settings.max_sessions_per_client,
+            per_client=settings.max_sessions_per_client if admit else 0,
             metrics=metrics,
         ),
     )
-    app[GATEWAY] = gw
+
+
+def make_app(settings: Settings, engine: Engine | None = None) -> web.Application:
+    """Build the gateway. The engine loads in the background; ``/readyz`` says when it is done."""
+    app = web.Application(middlewares=[errors_middleware], client_max_size=1024 * 1024)
+    app[GATEWAY] = build_gateway(settings, engine or create_engine(settings))
     app.cleanup_ctx.append(_engine_lifecycle)
     app.router.add_get("/", http.index)
     app.router.add_get("/healthz", http.healthz)

@@ -80,6 +80,7 @@ class Settings:
 
     # container / sagemaker engines
     container_url: str = "ws://127.0.0.1:8080/invocations-bidirectional-stream"
+    container_pool_size: int = 4  # idle sockets kept open to the container
     sagemaker_endpoint: str = ""
     sagemaker_region: str = ""
 

@@ -58,7 +58,7 @@ async def speech(request: web.Request) -> web.Response:
         raise BadRequest("`input` must be a non-empty string", code="empty_input")
     fields = {**body, "text": text, "format": body.get("response_format") or body.get("format")}
     fields.pop("chunking", None)
+    await gw.wait_ready()  # voices are known once the engine has loaded
     options = parse_options(fields, gw.settings, gw.engine)
-    await gw.wait_ready()
     audio = await synthesize_batch(gw.engine, options, gw.settings)
     return web.Response(body=audio, headers={"Content-Type": CONTENT_TYPES[options.format]})

@@ -48,10 +48,11 @@ async def handle_sse(request: web.Request) -> web.StreamResponse:
     gw = request.app[GATEWAY]
     check_origin(request, gw.settings)
     # validation errors are plain HTTP errors: nothing has been streamed yet
-    options = parse_options(await _request_fields(request), gw.settings, gw.engine)
+    fields = await _request_fields(request)
+    await gw.wait_ready()  # voices are known once the engine has loaded
+    options = parse_options(fields, gw.settings, gw.engine)
     if not (options.text.strip() or options.prompt.strip()):
         raise BadRequest("give `text` or `prompt`", code="empty_input")
-    await gw.wait_ready()
     async with gw.admission.session(request.remote or "?"):  # 503 + Retry-After when full
         session = StreamSession(gw.engine, options, gw.settings, agent=gw.agent, metrics=gw.metrics)
         m = gw.metrics

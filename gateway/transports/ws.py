@@ -47,6 +47,7 @@ class WsChannel:
         self.total_wire = 0
         self.text_chars = 0  # text received in the current reply
         self.finished: asyncio.Future[None] | None = None  # set when the pump has closed the session
+        self.closing = False  # we started the close handshake
 
     # -- sending ------------------------------------------------------------------------
     async def send_event(self, event: Event) -> int:
@@ -89,6 +90,7 @@ class WsChannel:
     async def close(self, code: int, message: str = "") -> None:
         if self.ws.closed:
             return
+        self.closing = True
         try:
             async with asyncio.timeout(2.0):
                 await self.ws.close(code=code, message=message.encode()[:120])
@@ -109,8 +111,7 @@ class WsChannel:
                         self.gw.metrics.ttfb.labels("ws").observe(event.fields["ttfb_ms"] / 1000)
                 wire = await self.send_event(event)
                 self._observe(event, wire)
-            # done: a normal close; error: the session cannot go on (engine fault or timeout)
-            await self.close(WSCloseCode.OK if last == "done" else WSCloseCode.INTERNAL_ERROR)
+            await self.finish(last)
         except Fatal as exc:  # too slow to read: no error event can reach it, just the close
             self.gw.metrics.errors.labels("ws", exc.code).inc()
             await self.close(exc.close_code, exc.code)
@@ -121,6 +122,10 @@ class WsChannel:
         finally:
             if self.finished is not None and not self.finished.done():
                 self.finished.set_result(None)
+
+    async def finish(self, last: str) -> None:
+        """The reply ended. done: a normal close; error: the session cannot go on."""
+        await self.close(WSCloseCode.OK if last == "done" else WSCloseCode.INTERNAL_ERROR)
 
     def _observe(self, event: Event, wire: int) -> None:
         m = self.gw.metrics
@@ -135,8 +140,8 @@ class WsChannel:
     async def open_session(self, fields: dict[str, Any]) -> StreamSession:
         from ..options import parse_options
 
+        await self.gw.wait_ready()  # voices are known once the engine has loaded
         options = parse_options({**self.query, **fields}, self.gw.settings, self.gw.engine)
-        await self.gw.wait_ready()
         session = StreamSession(self.gw.engine, options, self.gw.settings, agent=self.gw.agent, metrics=self.gw.metrics)
         self.msgpack = options.envelope == "msgpack"
         self.session = session
@@ -177,6 +182,8 @@ class WsChannel:
         self.finished = asyncio.get_running_loop().create_future()
         try:
             await asyncio.wait([reader, self.finished], return_when=asyncio.FIRST_COMPLETED)
+            if self.closing:  # our close handshake is under way: let the client answer it
+                await asyncio.wait([reader, self.finished], timeout=3.0)
         finally:
             if not reader.done():
                 reader.cancel()
@@ -237,7 +244,7 @@ async def handle_ws(request: web.Request) -> web.WebSocketResponse:
         await channel.close(exc.close_code, exc.code)
     except GatewayError as exc:  # overloaded, shutting down, not ready, too many sessions
         await channel.send_error(exc)
-        await channel.close(_close_code(exc), exc.code)
+        await channel.close(close_code_for(exc), exc.code)
     finally:
         gw.channels.discard(channel)
         gw.metrics.active.labels("ws").dec()
@@ -245,7 +252,7 @@ async def handle_ws(request: web.Request) -> web.WebSocketResponse:
     return ws
 
 
-def _close_code(exc: GatewayError) -> int:
+def close_code_for(exc: GatewayError) -> int:
     if exc.status in (429, 400, 401, 403, 413):
         return WSCloseCode.POLICY_VIOLATION
     if exc.status == 503:

@@ -1,0 +1,48 @@
+# The SageMaker model container on a GPU host: Kokoro-82M on torch (the `kokoro` engine).
+#
+#   docker build -t kokoro-gateway .
+#   docker run --gpus all -p 8080:8080 -v /path/to/Kokoro-82M:/opt/ml/model kokoro-gateway serve
+#
+# The model folder (config.json, kokoro-v1_0.pth, voices/*.pt) is NOT baked in: SageMaker
+# unpacks the model artifact into /opt/ml/model. Nothing is downloaded at run time.
+#
+# torch's own wheels carry the CUDA runtime libraries, so a CUDA *base* image (the NVIDIA
+# container toolkit's settings, no toolkit) is enough; the host provides the driver.
+ARG CUDA_IMAGE=nvidia/cuda:12.8.1-base-ubuntu24.04
+FROM ${CUDA_IMAGE}
+
+LABEL com.amazonaws.sagemaker.capabilities.bidirectional-streaming=true
+LABEL com.amazonaws.sagemaker.capabilities.accept-bind-to-port=true
+
+ENV DEBIAN_FRONTEND=noninteractive \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    HF_HUB_OFFLINE=1 \
+    GATEWAY_KOKORO_DIR=/opt/ml/model \
+    PATH=/opt/venv/bin:$PATH
+
+# Python 3.12 (Ubuntu 24.04's); kokoro 0.9.4 needs < 3.13. espeak-ng comes with espeakng-loader
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates \
+ && rm -rf /var/lib/apt/lists/* \
+ && python3 -m venv /opt/venv
+
+WORKDIR /opt/gateway
+
+# torch first, pinned, so that kokoro's own `torch` requirement is already met
+RUN pip install torch==2.13.0
+
+COPY pyproject.toml README.md run_gateway.py ./
+COPY gateway ./gateway
+COPY config ./config
+COPY static ./static
+COPY docker ./docker
+# editable: the package finds config/ beside it, as in a checkout
+RUN pip install -e '.[torch]' \
+ && chmod +x docker/serve \
+ && ln -s /opt/gateway/docker/serve /usr/local/bin/serve
+
+EXPOSE 8080
+ENTRYPOINT ["serve"]

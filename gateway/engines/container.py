@@ -1,0 +1,264 @@
+"""The container engine: synthesis in a model container reached over its WebSocket.
+
+It speaks the container's ``/invocations-bidirectional-stream`` (see ``gateway.container``):
+for each segment it sends ``start`` (``format=pcm``, the voice and speed), ``text`` and ``end``,
+then yields the binary PCM frames as they arrive until ``done``. The container does not close
+a socket after ``done``, so finished sockets go back to a small pool of idle ones and the next
+segment skips the handshake; one segment at a time per socket.
+
+Failures: a socket that fails before any audio of a segment arrived (a stale pooled socket, a
+restarted container) is retried once on a fresh connection; a second failure, or one after
+audio was already yielded (a retry would repeat it), is an ``EngineError``. A segment closed
+early (cancel, timeout) closes its socket, which stops the container's synthesis too.
+
+Voices come from the container's ``GET /v1/voices`` at ``start()``, which waits for the
+container's engine to be loaded.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from typing import Any, AsyncIterator
+
+import aiohttp
+from yarl import URL
+
+from ..config import Settings
+from ..errors import BadRequest, EngineError, EngineTimeout, NotReady
+from .base import Voice
+
+log = logging.getLogger(__name__)
+
+SAMPLE_RATE = 24000
+CONNECT_TIMEOUT_S = 5.0
+START_TIMEOUT_S = 180.0  # a GPU container may take minutes to load its model
+POOL_SIZE = 4
+POOL_IDLE_S = 30.0  # idle sockets older than this are closed rather than reused
+CLOSE_TIMEOUT_S = 1.0
+CLIENT_ERRORS = {"unknown_voice", "invalid_speed", "bad_speed", "invalid_option", "bad_request",
+                 "unknown_format", "empty_input"}
+
+
+class LostSocket(Exception):
+    """The socket failed or closed before the segment's ``done``."""
+
+
+def http_base(ws_url: str) -> URL:
+    """``ws://host:port/invocations-bidirectional-stream`` -> ``http://host:port``."""
+    url = URL(ws_url)
+    scheme = {"ws": "http", "wss": "https"}.get(url.scheme)
+    if scheme is None or not url.host:
+        raise ValueError(f"container_url must be a ws:// or wss:// URL, got {ws_url!r}")
+    return url.with_scheme(scheme).with_path("/").with_query(None)
+
+
+class SocketPool:
+    """Idle open sockets to one URL; at most ``size`` kept, each for at most ``idle_s``."""
+
+    def __init__(self, url: str, size: int, idle_s: float = POOL_IDLE_S) -> None:
+        self.url, self.size, self.idle_s = url, size, idle_s
+        self.opened = 0  # connections made: lets tests see reuse
+        self._idle: list[tuple[float, aiohttp.ClientWebSocketResponse]] = []
+        self._http: aiohttp.ClientSession | None = None
+
+    def bind(self, http: aiohttp.ClientSession | None) -> None:
+        self._http = http
+
+    async def acquire(self, *, fresh: bool = False) -> aiohttp.ClientWebSocketResponse:
+        now = time.monotonic()
+        while self._idle and not fresh:
+            stamp, ws = self._idle.pop()
+            if not ws.closed and now - stamp < self.idle_s:
+                return ws
+            await self.discard(ws)
+        return await self._connect()
+
+    async def _connect(self) -> aiohttp.ClientWebSocketResponse:
+        if self._http is None:
+            raise NotReady("the container engine is not started")
+        try:
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):  # TCP connect and the upgrade together
+                ws = await self._http.ws_connect(
+                    self.url, timeout=aiohttp.ClientWSTimeout(ws_close=CLOSE_TIMEOUT_S),
+                    autoping=True, compress=0, max_msg_size=0,
+                )
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise LostSocket(f"cannot connect to {self.url}: {exc or type(exc).__name__}") from exc
+        self.opened += 1
+        return ws
+
+    async def release(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        if ws.closed or len(self._idle) >= self.size:
+            await self.discard(ws)
+        else:
+            self._idle.append((time.monotonic(), ws))
+
+    async def discard(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(ws.close(), CLOSE_TIMEOUT_S)
+
+    async def clear(self) -> None:
+        idle, self._idle = self._idle, []
+        await asyncio.gather(*(self.discard(ws) for _, ws in idle))
+
+
+def _parse_event(data: str) -> dict[str, Any]:
+    try:
+        event = json.loads(data)
+    except json.JSONDecodeError:
+        event = None
+    if not isinstance(event, dict):
+        raise EngineError(f"the container sent a malformed event: {data[:80]!r}")
+    return event
+
+
+class ContainerEngine:
+    name = "container"
+    sample_rate = SAMPLE_RATE
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.url = settings.container_url
+        self.base = http_base(self.url)  # fail on a bad URL at construction, not on first use
+        self.max_concurrency = settings.container_pool_size
+        self.pool = SocketPool(self.url, self.max_concurrency)
+        self.retries = 0  # segments retried on a fresh socket: lets tests see the retry
+        self._voices: tuple[Voice, ...] = ()
+        self._default = ""
+        self._http: aiohttp.ClientSession | None = None
+
+    @property
+    def voices(self) -> tuple[Voice, ...]:
+        return self._voices
+
+    @property
+    def default_voice(self) -> str:
+        return self._default
+
+    async def start(self) -> None:
+        if self._http is not None:
+            return
+        http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S))
+        try:
+            body = await self._fetch_voices(http)
+        except BaseException:
+            await http.close()
+            raise
+        self._voices = tuple(Voice(**{k: v[k] for k in ("id", "language", "gender", "description", "default") if k in v})
+                             for v in body["voices"])
+        self._default = str(body.get("default") or (self._voices[0].id if self._voices else ""))
+        self._http = http
+        self.pool.bind(http)
+        log.info("container engine: %s serves %d voices (engine %s)", self.url, len(self._voices), body.get("engine"))
+
+    async def _fetch_voices(self, http: aiohttp.ClientSession) -> dict[str, Any]:
+        """Wait for the container's ``/ping`` (its engine loaded), then ``GET /v1/voices``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + START_TIMEOUT_S
+        while True:
+            try:
+                ping = await self._get(http, "ping")
+                if ping.get("status") == "failed":  # final: retrying cannot load it
+                    raise EngineError(f"the container at {self.base} failed to load its engine: "
+                                      f"{ping.get('error')}", code="engine_load")
+                if ping.get("status") == "ok":
+                    body = await self._get(http, "v1", "voices")
+                    if isinstance(body.get("voices"), list):
+                        return body
+                problem = f"not ready: {ping}"
+            except (aiohttp.ClientError, OSError, ValueError) as exc:
+                problem = str(exc) or type(exc).__name__
+            if loop.time() > deadline:
+                raise EngineError(f"container at {self.base} not ready after {START_TIMEOUT_S:g} s: {problem}",
+                                  code="engine_load")
+            log.info("waiting for the container at %s (%s)", self.base, problem)
+            await asyncio.sleep(1.0)
+
+    async def _get(self, http: aiohttp.ClientSession, *path: str) -> dict[str, Any]:
+        """A JSON object from the container; any status (/ping says 503 while loading)."""
+        url = self.base.joinpath(*path)
+        async with http.get(url, timeout=aiohttp.ClientTimeout(total=CONNECT_TIMEOUT_S * 2)) as resp:
+            body = await resp.json(content_type=None)
+        if not isinstance(body, dict):
+            raise ValueError(f"GET {url} answered {resp.status} with {body!r}")
+        return body
+
+    async def aclose(self) -> None:
+        http, self._http = self._http, None
+        self.pool.bind(None)
+        await self.pool.clear()
+        if http is not None:
+            await http.close()
+
+    async def synthesize(self, text: str, *, voice: str, speed: float) -> AsyncIterator[bytes]:
+        """Yield the container's PCM for ``text``; one retry on a fresh socket before any audio."""
+        if self._http is None:
+            raise NotReady("the container engine is not started")
+        for attempt in (1, 2):
+            yielded = False
+            try:
+                # aclosing: a consumer that stops early closes the socket now, not at GC
+                async with contextlib.aclosing(self._segment(text, voice, speed, fresh=attempt > 1)) as chunks:
+                    async for pcm in chunks:
+                        yielded = True
+                        yield pcm
+                return
+            except LostSocket as exc:
+                if yielded or attempt > 1:
+                    raise EngineError(f"container connection lost: {exc}", code="engine_unavailable") from exc
+                log.warning("container socket failed (%s); retrying on a fresh connection", exc)
+                self.retries += 1
+                await self.pool.clear()  # the others are likely as stale (a restarted container)
+
+    async def _segment(self, text: str, voice: str, speed: float, *, fresh: bool) -> AsyncIterator[bytes]:
+        ws = await self.pool.acquire(fresh=fresh)
+        done = False
+        try:
+            start = {"type": "start", "format": "pcm", "voice": voice, "speed": speed}
+            try:
+                for message in (start, {"type": "text", "text": text}, {"type": "end"}):
+                    await ws.send_str(json.dumps(message))
+            except (ConnectionError, RuntimeError, aiohttp.ClientError) as exc:
+                raise LostSocket(f"send failed: {exc}") from exc
+            odd = b""  # PCM frames could split a sample; keep the engine's chunks whole samples
+            while True:
+                msg = await self._receive(ws)
+                if msg.type == aiohttp.WSMsgType.BINARY:
+                    data = odd + msg.data
+                    cut = len(data) - len(data) % 2
+                    odd = data[cut:]
+                    if cut:
+                        yield data[:cut]
+                elif msg.type == aiohttp.WSMsgType.TEXT:
+                    if self._on_event(_parse_event(msg.data)):
+                        done = True
+                        return
+                else:  # CLOSE, CLOSING, CLOSED, ERROR
+                    raise LostSocket(f"container closed the socket ({ws.close_code}, {msg.extra or msg.data})")
+        finally:
+            if done:
+                await self.pool.release(ws)
+            else:  # an error, a cancel or a timeout: the container's session is mid-reply
+                await self.pool.discard(ws)
+
+    async def _receive(self, ws: aiohttp.ClientWebSocketResponse) -> aiohttp.WSMessage:
+        timeout = self.settings.synth_timeout_s
+        try:
+            return await ws.receive(timeout=timeout)
+        except TimeoutError:
+            raise EngineTimeout(f"the container sent nothing for {timeout:g} s") from None
+
+    def _on_event(self, event: dict[str, Any]) -> bool:
+        """Handle one JSON event; True at the segment's end."""
+        kind = event.get("type")
+        if kind == "ready" and event.get("sample_rate") not in (None, self.sample_rate):
+            raise EngineError(f"the container speaks {event['sample_rate']} Hz, expected {self.sample_rate}")
+        if kind == "error":
+            code, message = str(event.get("code", "engine_error")), str(event.get("message", ""))
+            if code in CLIENT_ERRORS:
+                raise BadRequest(message, code=code)
+            raise EngineError(f"container: {message}", code=code)
+        return kind == "done"

@@ -1,0 +1,253 @@
+"""The torch engine: hexgrad's ``kokoro`` (``KModel``) with the real ``.pth`` weights, GPU or CPU.
+
+Everything is loaded from one local folder (setting ``kokoro_dir``): ``config.json``, one
+``.pth`` weights file and the voice packs (``voices/*.pt`` as in the model's own repository
+layout, or ``*.pt`` beside the weights). Nothing is fetched at run time: ``KModel`` is given
+both paths, and the English G2P is the gateway's own offline ``Phonemizer`` instead of
+``KPipeline`` (which would try hub and spaCy downloads).
+
+Inference runs on ONE worker thread per engine (one engine per device), so calls on a device
+are serialized and never block the event loop. torch and kokoro are imported only here.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import logging
+import os
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import numpy as np
+
+from ..config import Settings
+from ..errors import BadRequest, EngineError, NotReady
+from .base import Voice
+from .embedded import MAX_TOKENS, MAX_SPEED, MIN_SPEED, SAMPLE_RATE, split_phonemes, to_pcm16, trim_silence
+
+log = logging.getLogger(__name__)
+
+REPO_ID = "hexgrad/Kokoro-82M"  # only names the model family; passing it silences a warning
+PREFERRED_WEIGHTS = "kokoro-v1_0.pth"
+PREFERRED_VOICES = ("af_heart", "af_bella", "am_michael")
+EXPECTED = (
+    "config.json, one .pth weights file (such as kokoro-v1_0.pth) and voice packs "
+    "(voices/*.pt or *.pt, each a (510, 1, 256) tensor)"
+)
+INSTALL_HINT = "the kokoro engine needs torch and hexgrad's kokoro: pip install -e '.[torch]'"
+# Kokoro voice ids start with a language letter and a gender letter: af_heart, bm_george, ...
+LANGUAGES = {"a": "en-US", "b": "en-GB", "e": "es", "f": "fr", "h": "hi", "i": "it",
+             "j": "ja", "p": "pt-BR", "z": "zh"}
+GENDERS = {"f": "female", "m": "male"}
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFiles:
+    folder: Path
+    config: Path
+    weights: Path
+    voices: tuple[Path, ...]
+
+
+def find_model_files(folder: str | os.PathLike[str]) -> ModelFiles:
+    """Locate the model's files in ``folder``; ``EngineError`` naming what is expected if not."""
+    if not str(folder):
+        raise EngineError(f"set kokoro_dir (GATEWAY_KOKORO_DIR) to a folder holding {EXPECTED}",
+                          code="model_missing")
+    root = Path(folder)
+    if not root.is_dir():
+        raise EngineError(f"kokoro_dir {root} is not a folder; it must hold {EXPECTED}", code="model_missing")
+    config = root / "config.json"
+    weights = sorted(root.glob("*.pth"))
+    voices = tuple(sorted({*root.glob("voices/*.pt"), *root.glob("*.pt")}, key=lambda p: p.stem))
+    missing = [what for what, ok in (("config.json", config.is_file()), (".pth weights", weights),
+                                     ("voice packs (*.pt)", voices)) if not ok]
+    if missing:
+        raise EngineError(f"{root} lacks {', '.join(missing)}; it must hold {EXPECTED}", code="model_missing")
+    if len(weights) > 1:
+        preferred = [w for w in weights if w.name == PREFERRED_WEIGHTS]
+        if not preferred:
+            names = ", ".join(w.name for w in weights)
+            raise EngineError(f"{root} holds several .pth files ({names}); keep one", code="model_missing")
+        weights = preferred
+    return ModelFiles(root, config, weights[0], voices)
+
+
+def describe_voice(voice_id: str, default: bool = False) -> Voice:
+    lang = LANGUAGES.get(voice_id[:1], "und")
+    gender = GENDERS.get(voice_id[1:2], "neutral")
+    return Voice(voice_id, lang, gender, f"Kokoro-82M {lang} {gender} voice", default=default)
+
+
+def choose_default(ids: tuple[str, ...], configured: str) -> str:
+    """The configured voice if the folder has it, else a well-known English one, else the first."""
+    if configured in ids:
+        return configured
+    if configured:
+        log.warning("default_voice %r is not in the kokoro model folder; using another", configured)
+    return next((v for v in PREFERRED_VOICES if v in ids), ids[0])
+
+
+def pick_device(requested: str) -> str:
+    import torch
+
+    if requested:
+        return requested
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class TorchKokoro:
+    """The loaded ``KModel``, its voice packs and the G2P; every method here blocks."""
+
+    def __init__(self, files: ModelFiles, device: str, g2p_route: str = "misaki") -> None:
+        import torch
+        from kokoro.model import KModel
+
+        from ..g2p import Phonemizer
+
+        t0 = time.perf_counter()
+        config = json.loads(files.config.read_text("utf-8"))
+        with warnings.catch_warnings():
+            # kokoro builds its LSTMs with dropout on one layer and uses the old weight_norm;
+            # both warn on every load and neither matters for inference
+            warnings.simplefilter("ignore", UserWarning)
+            warnings.simplefilter("ignore", FutureWarning)
+            model = KModel(repo_id=REPO_ID, config=config, model=str(files.weights))
+        self.model = model.to(device).eval()
+        self.device = device
+        self.vocab: dict[str, int] = config["vocab"]
+        self.voices = {path.stem: self._load_voice(torch, path) for path in files.voices}
+        t1 = time.perf_counter()
+        self.phonemize = Phonemizer(g2p_route)
+        self.model_s, self.g2p_s = t1 - t0, time.perf_counter() - t1
+
+    @staticmethod
+    def _load_voice(torch: Any, path: Path) -> Any:
+        pack = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(pack, torch.Tensor) or pack.shape[0] < MAX_TOKENS or pack.shape[-1] != 256:
+            shape = tuple(pack.shape) if isinstance(pack, torch.Tensor) else type(pack).__name__
+            raise EngineError(f"voice pack {path} is {shape}, expected (510, 1, 256)", code="model_missing")
+        return pack.reshape(pack.shape[0], 1, 256).float()
+
+    def tokens(self, phonemes: str) -> str:
+        """Only the symbols the model knows; the result's length is its token count."""
+        return "".join(c for c in phonemes if c in self.vocab)
+
+    def infer(self, phonemes: str, voice: str, speed: float) -> np.ndarray:
+        """Float32 audio at 24 kHz for at most ``MAX_TOKENS`` phoneme symbols."""
+        import torch
+
+        if not phonemes:
+            return np.zeros(0, np.float32)
+        style = self.voices[voice][len(phonemes) - 1]
+        with torch.inference_mode():
+            audio = self.model(phonemes, style, speed)
+        out = audio.detach().float().cpu().numpy().ravel()
+        if not np.isfinite(out).all():
+            raise EngineError("the kokoro model produced non-finite audio", code="engine_error")
+        return out
+
+
+class KokoroEngine:
+    name = "kokoro"
+    sample_rate = SAMPLE_RATE
+
+    def __init__(self, settings: Settings) -> None:
+        try:
+            import kokoro  # noqa: F401  (fail at construction, not on the first request)
+            import torch  # noqa: F401
+        except ImportError as exc:
+            raise ImportError(f"{INSTALL_HINT} ({exc})") from exc
+        self.settings = settings
+        self.folder = settings.kokoro_dir
+        self.device_request = settings.kokoro_device
+        self.g2p_route = settings.embedded_g2p
+        self.max_concurrency = 1  # one worker thread: calls on the device are serialized
+        self.calls = 0
+        self._model: TorchKokoro | None = None
+        self._voices: tuple[Voice, ...] = ()
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+
+    @property
+    def voices(self) -> tuple[Voice, ...]:
+        return self._voices
+
+    @property
+    def default_voice(self) -> str:
+        return next((v.id for v in self._voices if v.default), "")
+
+    @property
+    def ready(self) -> bool:
+        return self._model is not None
+
+    async def start(self) -> None:
+        if self._model is not None:
+            return
+        files = find_model_files(self.folder)
+        executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kokoro-torch")
+        loop = asyncio.get_running_loop()
+        try:
+            device = pick_device(self.device_request)
+            model = await loop.run_in_executor(executor, TorchKokoro, files, device, self.g2p_route)
+        except EngineError:
+            executor.shutdown(wait=False)
+            raise
+        except Exception as exc:  # bad weights, a config that does not match, CUDA errors
+            executor.shutdown(wait=False)
+            raise EngineError(f"kokoro engine failed to load from {files.folder}: {exc}", code="engine_load") from exc
+        self._executor, self._model = executor, model
+        default = choose_default(tuple(model.voices), self.settings.default_voice)
+        self._voices = tuple(describe_voice(v, v == default) for v in model.voices)
+        t0 = time.perf_counter()
+        async for _ in self.synthesize("Hi.", voice=default, speed=1.0):
+            pass
+        log.info("kokoro engine ready on %s: %d voices, model %.2f s, G2P %.2f s, warm-up %.2f s",
+                 device, len(self._voices), model.model_s, model.g2p_s, time.perf_counter() - t0)
+
+    async def aclose(self) -> None:
+        executor, self._executor, self._model = self._executor, None, None
+        if executor is not None:
+            await asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True)
+
+    async def synthesize(self, text: str, *, voice: str, speed: float) -> AsyncIterator[bytes]:
+        """Yield s16le PCM per piece of at most ``MAX_TOKENS`` phonemes, each once it is done.
+
+        Closing the generator early starts no further inference for this text; a call
+        already running finishes on the worker thread and its audio is dropped.
+        """
+        model = self._model
+        if model is None:
+            raise NotReady("the kokoro engine is not started")
+        if voice not in model.voices:
+            raise BadRequest(f"unknown voice {voice!r}; choose one of {', '.join(sorted(model.voices))}",
+                             code="unknown_voice")
+        if not MIN_SPEED <= speed <= MAX_SPEED:
+            raise BadRequest(f"speed must be between {MIN_SPEED} and {MAX_SPEED}", code="bad_speed")
+        phonemes = await self._run(lambda: model.tokens(model.phonemize(text)), "G2P")
+        for piece in split_phonemes(phonemes):
+            audio = await self._run(lambda p=piece: self._infer(model, p, voice, speed), "inference")
+            if audio.size:
+                yield to_pcm16(audio)
+
+    def _infer(self, model: TorchKokoro, piece: str, voice: str, speed: float) -> np.ndarray:
+        self.calls += 1  # only ever touched by the one worker thread
+        return trim_silence(model.infer(piece, voice, speed))
+
+    async def _run(self, fn: Any, what: str) -> Any:
+        executor = self._executor
+        if executor is None:
+            raise NotReady("the kokoro engine is not started")
+        try:
+            future = executor.submit(fn)
+        except RuntimeError as exc:  # the worker was shut down under us
+            raise NotReady("the kokoro engine is shutting down") from exc
+        try:
+            return await asyncio.wrap_future(future)
+        except (EngineError, BadRequest):
+            raise
+        except Exception as exc:
+            raise EngineError(f"kokoro {what} failed: {exc}") from exc

@@ -1,0 +1,287 @@
+"""The SageMaker model container, and the gateway's ``container`` engine in front of it.
+
+The container runs as a real subprocess (``run_gateway.py container --engine fake``) on a
+loopback port; the gateway runs in-process with ``engine=container`` pointing at it. Nothing is
+mocked: clients speak real WebSockets to real servers.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, AsyncIterator, Iterator
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from gateway.audio.decode import decode_mp3
+from gateway.audio.mp3 import is_whole_frames
+from gateway.client import ws_stream
+from gateway.container import STREAM_PATH, make_container_app
+from gateway.engines.fake import FakeEngine, fake_duration_s
+from gateway.errors import EngineError
+from gateway.segmenter import split_text
+from gateway.state import GATEWAY
+
+from .conftest import Server, fake_settings, free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+REPLY = "Sure, I can help with that. The train leaves at nine tonight. Does that work for you?"
+
+
+def expected_seconds(text: str) -> float:
+    return sum(fake_duration_s(p) for p in split_text(text, first_clause_words=4))
+
+
+@dataclass
+class Container:
+    port: int
+    proc: subprocess.Popen[bytes] | None = None
+    log: IO[bytes] = field(default_factory=tempfile.TemporaryFile)  # stderr; a pipe could fill up
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}{STREAM_PATH}"
+
+    def start(self) -> "Container":
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+        self.log.seek(0)
+        self.log.truncate()
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "run_gateway.py"), "container", "--engine", "fake",
+             "--host", "127.0.0.1", "--port", str(self.port)],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=self.log,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                break
+            try:
+                with urllib.request.urlopen(self.url + "/ping", timeout=1) as resp:
+                    if resp.status == 200:
+                        return self
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        self.log.seek(0)
+        raise RuntimeError(f"the container did not answer /ping: {self.log.read().decode()[-2000:]}")
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+@pytest.fixture(scope="module")
+def container() -> Iterator[Container]:
+    c = Container(free_port()).start()
+    yield c
+    c.stop()
+    c.log.close()
+
+
+@pytest.fixture
+def own_container() -> Iterator[Container]:
+    """A container this test may kill and restart."""
+    c = Container(free_port()).start()
+    yield c
+    c.stop()
+    c.log.close()
+
+
+async def gateway_for(start_server, c: Container) -> Server:
+    server = await start_server(fake_settings(engine="container", container_url=c.ws_url))
+    assert server.app[GATEWAY].load_error is None
+    return server
+
+
+async def read_reply(ws: aiohttp.ClientWebSocketResponse) -> tuple[list[dict[str, Any]], list[bytes]]:
+    """Events and audio payloads of one reply on a container socket, up to done/error."""
+    events: list[dict[str, Any]] = []
+    payloads: list[bytes] = []
+    async for msg in ws:
+        if msg.type == aiohttp.WSMsgType.BINARY:
+            payloads.append(msg.data)
+        elif msg.type == aiohttp.WSMsgType.TEXT:
+            events.append(json.loads(msg.data))
+            if events[-1]["type"] in ("done", "error"):
+                break
+        else:
+            break
+    return events, payloads
+
+
+# -- the container on its own ----------------------------------------------------------------
+async def test_ping_and_socket_accepted_within_250ms(container: Container, http: aiohttp.ClientSession) -> None:
+    async with http.get(container.url + "/ping") as resp:
+        assert resp.status == 200 and (await resp.json())["status"] == "ok"
+    for _ in range(5):
+        t0 = time.perf_counter()
+        async with http.ws_connect(container.ws_url) as ws:
+            handshake_s = time.perf_counter() - t0
+            assert handshake_s < 0.25, handshake_s
+            await ws.ping()  # and pings are answered (autoping): no close follows
+            assert not ws.closed
+
+
+async def test_invocations_batch(container: Container, http: aiohttp.ClientSession) -> None:
+    async with http.post(container.url + "/invocations", json={"text": REPLY, "voice": "tone_b"}) as resp:
+        assert resp.status == 200 and resp.content_type == "audio/mpeg"
+        audio = await resp.read()
+    assert is_whole_frames(audio)
+    assert abs(len(decode_mp3(audio)) / 24000 - fake_duration_s(REPLY)) < 0.1
+    async with http.post(container.url + "/invocations", data="Hello there.",
+                         headers={"Content-Type": "text/plain"}) as resp:
+        assert resp.status == 200 and resp.content_type == "audio/mpeg"
+    async with http.post(container.url + "/invocations", json={"input": "Two words.", "format": "pcm"}) as resp:
+        assert resp.status == 200 and resp.content_type == "audio/pcm"
+        assert len(await resp.read()) == round(fake_duration_s("Two words.") * 24000) * 2
+    async with http.post(container.url + "/invocations", json={"voice": "tone_a"}) as resp:
+        assert resp.status == 400 and (await resp.json())["error"]["code"] == "empty_input"
+    async with http.post(container.url + "/invocations", json={"text": "Hi.", "voice": "nobody"}) as resp:
+        assert resp.status == 400 and (await resp.json())["error"]["code"] == "unknown_voice"
+
+
+async def test_stream_takes_binary_control_frames_and_keeps_the_socket(container: Container, http: aiohttp.ClientSession) -> None:
+    async with http.ws_connect(container.ws_url, max_msg_size=0) as ws:
+        for reply in range(2):  # two replies on one socket: done leaves it open
+            for message in ({"type": "start", "voice": "tone_a"}, {"type": "text", "text": REPLY}, {"type": "end"}):
+                data = json.dumps(message).encode()
+                # the sidecar may send either frame type: binary first, text for the second reply
+                await (ws.send_bytes(data) if reply == 0 else ws.send_str(data.decode()))
+            events, payloads = await read_reply(ws)
+            kinds = [e["type"] for e in events]
+            assert kinds[0] == "ready" and kinds[-1] == "done", events
+            assert [e["text"] for e in events if e["type"] == "sentence"] == split_text(REPLY, first_clause_words=4)
+            assert payloads and all(is_whole_frames(p) for p in payloads)
+            audio = b"".join(payloads)
+            assert abs(len(decode_mp3(audio)) / 24000 - expected_seconds(REPLY)) < 0.1
+            assert events[-1]["audio_bytes"] == len(audio)
+        assert not ws.closed
+        await ws.send_bytes(b"\xff\xfe not utf-8")
+        events, _ = await read_reply(ws)
+        assert events[-1]["type"] == "error" and events[-1]["code"] == "invalid_json"
+
+
+class SlowLoadingEngine(FakeEngine):
+    """The fake engine, with a start() that waits until the test lets it finish."""
+
+    def __init__(self, settings: Any) -> None:
+        super().__init__(settings)
+        self.loaded = asyncio.Event()
+
+    async def start(self) -> None:
+        await self.loaded.wait()
+
+
+class BrokenEngine(FakeEngine):
+    """The fake engine, failing to load as a model folder without weights would."""
+
+    async def start(self) -> None:
+        raise EngineError("no .pth weights in /opt/ml/model", code="model_missing")
+
+
+@contextlib.asynccontextmanager
+async def in_process_container(engine: FakeEngine) -> AsyncIterator[tuple[Container, web.Application]]:
+    app = make_container_app(engine.settings, engine)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    c = Container(free_port())
+    await web.TCPSite(runner, "127.0.0.1", c.port).start()
+    try:
+        yield c, app
+    finally:
+        await runner.cleanup()
+        c.log.close()
+
+
+async def test_ping_is_503_until_the_engine_is_loaded(http: aiohttp.ClientSession) -> None:
+    engine = SlowLoadingEngine(fake_settings())
+    async with in_process_container(engine) as (c, app):
+        async with http.get(c.url + "/ping") as resp:
+            assert resp.status == 503 and (await resp.json())["status"] == "loading"
+        t0 = time.perf_counter()
+        async with http.ws_connect(c.ws_url):
+            assert time.perf_counter() - t0 < 0.25  # the handshake never waits for the engine
+        engine.loaded.set()
+        await app[GATEWAY].ready.wait()
+        async with http.get(c.url + "/ping") as resp:
+            assert resp.status == 200
+
+
+async def test_container_that_failed_to_load_fails_the_gateway_at_once(start_server, http: aiohttp.ClientSession) -> None:
+    async with in_process_container(BrokenEngine(fake_settings())) as (c, app):
+        await app[GATEWAY].ready.wait()
+        async with http.get(c.url + "/ping") as resp:
+            body = await resp.json()
+            assert resp.status == 503 and body["status"] == "failed" and "no .pth weights" in body["error"]
+        t0 = time.perf_counter()
+        server = await start_server(fake_settings(engine="container", container_url=c.ws_url))
+        assert time.perf_counter() - t0 < 5  # not the whole start timeout
+        assert "no .pth weights" in (server.app[GATEWAY].load_error or "")
+        async with http.get(server.url + "/readyz") as resp:
+            assert resp.status == 503
+
+
+# -- the gateway in front of it ----------------------------------------------------------------
+async def test_gateway_streams_through_the_container(container: Container, start_server, http: aiohttp.ClientSession) -> None:
+    server = await gateway_for(start_server, container)
+    async with http.get(server.url + "/v1/voices") as resp:
+        body = await resp.json()
+        assert body["engine"] == "container" and [v["id"] for v in body["voices"]] == ["tone_a", "tone_b"]
+    result = await ws_stream(http, server.ws_url, tokens=re.findall(r"\s*\S+", REPLY), options={"voice": "tone_b"})
+    assert result.done is not None, result.events
+    sentences = [s["text"] for s in result.of("sentence")]
+    assert sentences == split_text(REPLY, first_clause_words=4) and len(sentences) >= 3
+    assert all(is_whole_frames(p) for p in result.payloads)
+    assert abs(len(decode_mp3(result.audio)) / 24000 - expected_seconds(REPLY)) < 0.1
+    engine = server.engine
+    assert engine.pool.opened == 1  # every segment after the first reused the pooled socket
+    async with http.post(server.url + "/v1/audio/speech", json={"input": REPLY, "response_format": "pcm"}) as resp:
+        assert resp.status == 200
+        pcm = await resp.read()
+    assert abs(len(pcm) / 2 / 24000 - fake_duration_s(REPLY)) < 0.01
+    assert engine.pool.opened == 1 and engine.retries == 0
+
+
+async def test_killed_container_gives_error_then_gateway_recovers(own_container: Container, start_server,
+                                                                  http: aiohttp.ClientSession) -> None:
+    server = await gateway_for(start_server, own_container)
+    first = await ws_stream(http, server.ws_url, text="Hello there.")
+    assert first.done is not None
+    own_container.kill()  # the pooled socket is now dead, and so is the port
+
+    result = await ws_stream(http, server.ws_url, text="Anyone there?", timeout=30)
+    assert result.error is not None and result.error["code"] == "engine_unavailable", result.events
+    assert server.engine.retries == 1  # the stale socket was retried once on a fresh connection
+    async with http.get(server.url + "/healthz") as resp:
+        assert resp.status == 200
+
+    own_container.start()  # same port: the gateway reconnects on its own
+    again = await ws_stream(http, server.ws_url, text="Back again.")
+    assert again.done is not None and again.error is None
+    assert abs(len(decode_mp3(again.audio)) / 24000 - fake_duration_s("Back again.")) < 0.1

@@ -1,0 +1,83 @@
+"""A bounded fuzz test: generated client messages thrown at the WebSocket channel.
+
+Whatever arrives, the server must answer with well-formed events or close with a proper code,
+and stay healthy for the next client.
+"""
+from __future__ import annotations
+
+import json
+
+import aiohttp
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gateway.client import ws_stream
+
+from .conftest import fake_settings
+
+VALID_CLOSE = {1000, 1007, 1008, 1009, 1011, 1013}
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=40),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=10,
+)
+messages = st.one_of(
+    st.fixed_dictionaries(
+        {"type": st.sampled_from(["start", "text", "prompt", "flush", "end", "cancel", "bogus", ""])},
+        optional={
+            "text": st.one_of(st.text(max_size=80), json_values),
+            "prompt": st.one_of(st.text(max_size=40), json_values),
+            "voice": st.one_of(st.sampled_from(["tone_a", "tone_b", "x"]), json_values),
+            "speed": st.one_of(st.floats(allow_nan=True), st.text(max_size=5), json_values),
+            "format": st.one_of(st.sampled_from(["mp3", "pcm", "wav", "opus", "ogg"]), json_values),
+            "bitrate": json_values,
+            "chunking": st.one_of(st.sampled_from(["frames", "bytes:7", "bytes:-1", "bytes:x"]), json_values),
+            "envelope": st.one_of(st.sampled_from(["json", "msgpack", "xml"]), json_values),
+        },
+    ).map(json.dumps),
+    json_values.map(json.dumps),
+    st.text(max_size=60),
+    st.binary(max_size=60),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(script=st.lists(messages, min_size=1, max_size=8))
+async def test_fuzzed_messages_get_answers_or_proper_closes(start_server, script: list) -> None:
+    server = await _server(start_server)
+    async with aiohttp.ClientSession() as http:
+        async with http.ws_connect(server.ws_url) as ws:
+            for item in script:
+                if ws.closed:
+                    break
+                if isinstance(item, bytes):
+                    await ws.send_bytes(item)
+                else:
+                    await ws.send_str(item)
+            if not ws.closed:
+                await ws.send_json({"type": "end"})
+            while True:
+                msg = await ws.receive(timeout=10)
+                if msg.type == aiohttp.WSMsgType.TEXT:
+                    body = json.loads(msg.data)
+                    assert isinstance(body.get("type"), str)
+                    if body["type"] == "error":
+                        assert isinstance(body["code"], str) and isinstance(body["message"], str)
+                elif msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING):
+                    break
+            assert ws.close_code in VALID_CLOSE, ws.close_code
+        # the gateway is still healthy for the next client
+        result = await ws_stream(http, server.ws_url, text="Still serving.")
+        assert result.done
+
+
+_SERVERS: dict[int, object] = {}
+
+
+async def _server(start_server):
+    # one server per test function run: hypothesis calls the body many times in one event loop
+    key = id(start_server)
+    if key not in _SERVERS:
+        _SERVERS.clear()
+        _SERVERS[key] = await start_server(fake_settings(ws_messages_per_s=1000, ws_burst=1000))
+    return _SERVERS[key]

