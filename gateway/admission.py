@@ -74,7 +74,8 @@ class Admission:
         self.metrics.queued.set(self.waiting)
         try:
             async with self._freed:
-                await asyncio.wait_for(self._freed.wait_for(lambda: self.active < self.max_active), self.queue_timeout_s)
+                async with asyncio.timeout(self.queue_timeout_s):
+                    await self._freed.wait_for(lambda: self.active < self.max_active)
                 self.active += 1
         except TimeoutError:
             raise Overloaded(f"no synthesis slot within {self.queue_timeout_s:g} s; retry shortly",

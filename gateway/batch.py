@@ -24,7 +24,8 @@ async def synthesize_pcm(engine: Engine, options: StreamOptions, settings: Setti
         async with contextlib.aclosing(engine.synthesize(segment, voice=options.voice, speed=options.speed)) as chunks:
             while True:
                 try:
-                    pcm += await asyncio.wait_for(anext(chunks), timeout)
+                    async with asyncio.timeout(timeout):  # not wait_for: it can swallow a cancel
+                        pcm += await anext(chunks)
                 except StopAsyncIteration:
                     break
                 except TimeoutError:

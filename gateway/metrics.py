@@ -1,6 +1,9 @@
 """Prometheus metrics, one registry per application (no module-level state)."""
 from __future__ import annotations
 
+import asyncio
+import resource
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 TTFB_BUCKETS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
@@ -25,6 +28,26 @@ class Metrics:
         self.synth_seconds = Histogram("tts_segment_synthesis_seconds", "Engine time per segment", registry=r)
         self.inflight = Gauge("tts_engine_inflight", "Segments being synthesized now", registry=r)
         self.queued = Gauge("tts_engine_queued", "Sessions waiting for the engine", registry=r)
+        # leak detectors for the soak benchmark: both must return to their idle level
+        self.tasks = Gauge("tts_asyncio_tasks", "asyncio tasks alive in the gateway's loop", registry=r)
+        self.tasks.set_function(_task_count)
+        self.rss = Gauge("tts_process_rss_bytes", "Resident memory of the gateway process", registry=r)
+        self.rss.set_function(_rss_bytes)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _task_count() -> float:
+    try:
+        return float(len(asyncio.all_tasks()))
+    except RuntimeError:  # no running loop (a scrape outside the server)
+        return 0.0
+
+
+def _rss_bytes() -> float:
+    try:
+        with open("/proc/self/statm") as fh:
+            return float(int(fh.read().split()[1]) * resource.getpagesize())
+    except OSError:
+        return 0.0

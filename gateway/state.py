@@ -30,7 +30,8 @@ class Gateway:
         if self.load_error:
             raise NotReady(f"engine {self.engine.name} failed to load: {self.load_error}")
         try:
-            await asyncio.wait_for(self.ready.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self.ready.wait()
         except TimeoutError:
             raise NotReady(f"engine {self.engine.name} is still loading; retry shortly") from None
         if self.load_error:

@@ -120,7 +120,10 @@ class Utterance:
             async with contextlib.aclosing(sess.engine.synthesize(text, voice=o.voice, speed=o.speed)) as chunks:
                 while True:
                     try:
-                        pcm = await asyncio.wait_for(anext(chunks), timeout)
+                        # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel
+                        # that lands as the chunk arrives, and the producer would run on
+                        async with asyncio.timeout(timeout):
+                            pcm = await anext(chunks)
                     except StopAsyncIteration:
                         break
                     except TimeoutError:

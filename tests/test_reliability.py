@@ -272,3 +272,18 @@ async def test_sigterm_lets_sessions_finish_then_goes_away(gateway_process, http
     assert finished.done and finished.close_code == 1000
     assert cut.done is None and cut.close_code == 1001
     assert proc.wait(timeout=15) == 0
+
+
+async def test_short_soak_leaves_no_task_behind() -> None:
+    from gateway.bench.soak import soak, start_gateway
+
+    proc, url = start_gateway("fake", ["fake_rtf=0.2", "fake_chunk_ms=100"])
+    try:
+        result = await soak(url, seconds=4, clients=8)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        proc.stdout.close()
+    assert result["sessions"] > 20
+    assert result["errors"] == 0, result["outcomes"]
+    assert result["tasks_end"] <= result["tasks_start"], result
