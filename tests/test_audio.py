@@ -152,7 +152,10 @@ def test_split_frames_groups_whole_frames() -> None:
     groups = split_frames(data, 8)
     assert b"".join(groups) == data and len(groups) == -(-total // 8)
     assert all(is_whole_frames(g) for g in groups)
-    assert [count_frames(g) for g in groups[:-1]] == [8] * (len(groups) - 1)
+    sizes = [count_frames(g) for g in groups]
+    assert max(sizes) <= 8 and max(sizes) - min(sizes) <= 1  # spread evenly, no lone frame
+    frames9 = b"".join(split_frames(data, 1)[:9])
+    assert [count_frames(g) for g in split_frames(frames9, 8)] == [5, 4]
     with pytest.raises(ValueError):
         split_frames(data, 0)
     with pytest.raises(Mp3FormatError):

@@ -165,11 +165,22 @@ def count_frames(data: bytes | bytearray) -> int:
 
 
 def split_frames(data: bytes | bytearray, frames_per_payload: int) -> list[bytes]:
-    """``data`` (whole frames, no tag) cut into payloads of ``frames_per_payload`` frames."""
+    """``data`` (whole frames, no tag) cut into payloads of at most ``frames_per_payload`` frames.
+
+    The frames are spread evenly (9 frames at 8 a payload give 5 + 4, not 8 + 1): Chromium's
+    decodeAudioData refuses a lone one-frame payload, so no payload is left that small when
+    there are frames enough to avoid it.
+    """
     if frames_per_payload < 1:
         raise ValueError(f"frames_per_payload must be at least 1, got {frames_per_payload}")
     offsets = [pos for pos, _ in _walk(data, 0, None, partial_ok=False)]
-    cuts = offsets[::frames_per_payload] + [len(data)]
+    groups = -(-len(offsets) // frames_per_payload)
+    base, extra = divmod(len(offsets), groups) if groups else (0, 0)
+    starts, at = [], 0
+    for g in range(groups):
+        starts.append(offsets[at])
+        at += base + (1 if g < extra else 0)
+    cuts = starts + [len(data)]
     return [bytes(data[a:b]) for a, b in zip(cuts, cuts[1:])]
 
 

@@ -111,6 +111,8 @@ class WsChannel:
                         self.gw.metrics.ttfb.labels("ws").observe(event.fields["ttfb_ms"] / 1000)
                 wire = await self.send_event(event)
                 self._observe(event, wire)
+                if event.type == "cancelled":  # byte accounting is per reply
+                    self.audio_wire = self.total_wire = 0
             await self.finish(last)
         except Fatal as exc:  # too slow to read: no error event can reach it, just the close
             self.gw.metrics.errors.labels("ws", exc.code).inc()

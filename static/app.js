@@ -1,0 +1,209 @@
+// The demo page: one request played over the SSE channel and the WebSocket channel, side by
+// side or one at a time, with live per-channel figures, captions and a timeline.
+// Everything the page measures is on `window.demo` (plain objects) for tests to read.
+
+import { SseChannel, WsChannel } from './channels.js';
+import { Graph } from './players.js';
+import { Run } from './run.js';
+import { drawTimeline } from './timeline.js';
+
+const $ = (sel, root = document) => root.querySelector(sel);
+const CHANNELS = ['sse', 'ws'];
+const MSE_MP3 = !!(window.MediaSource && MediaSource.isTypeSupported('audio/mpeg'));
+
+const demo = {
+  supported: { mseMp3: MSE_MP3 },
+  channels: { sse: null, ws: null }, // the stats of each channel's latest run
+  runs: { sse: null, ws: null },
+  transports: { sse: null, ws: null },
+  ctx: null,
+  graphs: {},
+  ready: false,
+  options,
+  play,
+  stop,
+  payloadsBase64,
+};
+window.demo = demo;
+
+function options() {
+  const naive = $('#naive').checked;
+  let format = $('#format').value;
+  if (format === 'mp3' && !MSE_MP3) format = 'pcm'; // no MSE audio/mpeg (Firefox): PCM over WebAudio
+  const prompt = $('input[name=input]:checked').value === 'prompt';
+  return {
+    text: prompt ? '' : $('#text').value,
+    prompt: prompt ? $('#prompt').value : '',
+    voice: $('#voice').value,
+    speed: $('#speed').value,
+    format,
+    chunking: naive ? `bytes:${Math.max(1, Number($('#naive-bytes').value) || 1000)}` : 'frames',
+  };
+}
+
+function audioContext() {
+  if (!demo.ctx) {
+    demo.ctx = new AudioContext({ latencyHint: 'interactive' });
+    for (const name of CHANNELS) {
+      demo.graphs[name] = new Graph(demo.ctx);
+      demo.graphs[name].setMuted($(`#panel-${name} .mute`).checked);
+    }
+  }
+  if (demo.ctx.state !== 'running') demo.ctx.resume();
+  return demo.ctx;
+}
+
+/** Start one reply on `which` ('both', 'sse' or 'ws'); resolves once the requests are sent. */
+async function play(which = 'both') {
+  stop();
+  const opts = options();
+  const ctx = audioContext();
+  const names = which === 'both' ? CHANNELS : [which];
+  for (const name of CHANNELS) if (!names.includes(name)) { demo.channels[name] = null; demo.runs[name] = null; }
+  $('#notice').textContent = $('#format').value === 'mp3' && !MSE_MP3
+    ? 'This browser has no MediaSource audio/mpeg: playing PCM over WebAudio instead.' : '';
+  const starts = names.map((name) => {
+    const run = new Run(name, opts, ctx, demo.graphs[name], schedule);
+    demo.runs[name] = run;
+    demo.channels[name] = run.stats;
+    const transport = name === 'sse' ? new SseChannel(run) : new WsChannel(run, demo.transports.ws, opts);
+    demo.transports[name] = transport;
+    return transport.start(opts);
+  });
+  schedule();
+  await Promise.all(starts.map((p) => Promise.race([p, new Promise((r) => setTimeout(r, 50))])));
+}
+
+/** Stop button: barge-in. Cancels on the WebSocket, aborts SSE, and silences both at once. */
+function stop() {
+  for (const name of CHANNELS) {
+    const run = demo.runs[name];
+    if (!run || run.stats.finished) continue;
+    const live = ['connecting', 'streaming', 'playing'].includes(run.stats.state);
+    if (!live) continue;
+    run.stop();
+    const t = demo.transports[name];
+    if (t) run.stats.cancelSent = t.stop();
+  }
+  schedule();
+}
+
+function payloadsBase64(name) {
+  const run = demo.runs[name];
+  if (!run) return [];
+  return run.bytes.map((b) => {
+    let s = '';
+    for (let i = 0; i < b.length; i += 0x8000) s += String.fromCharCode(...b.subarray(i, i + 0x8000));
+    return btoa(s);
+  });
+}
+
+// -- rendering ------------------------------------------------------------------------------
+const fmtMs = (v) => (v === null || v === undefined ? '–' : `${Math.round(v)} ms`);
+const pct = (v) => (v === null || v === undefined ? '–' : `${v >= 0 ? '+' : ''}${v.toFixed(1)}%`);
+const kb = (n) => (n >= 10000 ? `${(n / 1000).toFixed(1)} kB` : `${n} B`);
+
+const ROWS = {
+  ttfb: (s) => `${fmtMs(s.ttfbMs)}${s.done && s.done.ttfb_ms != null ? ` (server ${Math.round(s.done.ttfb_ms)} ms)` : ''}`,
+  play: (s) => fmtMs(s.firstPlayMs),
+  sound: (s) => fmtMs(s.firstSoundMs),
+  bytes: (s) => `${kb(s.wireBytes)} on the wire for ${kb(s.audioBytes)} of audio: ${pct(s.overheadPct)}`,
+  total: (s) => `${kb(s.wireBytesTotal)}: ${pct(s.overheadTotalPct)}`,
+  server: (s) => (s.done ? `${kb(s.done.wire_bytes)} / ${kb(s.done.audio_bytes)}: ${pct((s.done.wire_bytes / s.done.audio_bytes - 1) * 100)}` : '–'),
+  messages: (s) => `${s.messages} (${s.audioMessages} audio, ${s.eventMessages} events)`,
+  aligned: (s) => (s.format === 'mp3' ? `${s.wholePayloads}/${s.audioMessages} whole frames, ${s.syncPayloads} start on a sync; ${s.frames} frames` : 'pcm: whole samples'),
+  mse: (s) => (s.format === 'mp3'
+    ? `${s.mse.appendsOk}/${s.mse.appends} appends, ${s.mse.appendErrors} errors; ${s.mse.bufferedS.toFixed(3)} s buffered of ${s.expectedS.toFixed(3)} s`
+    : 'WebAudio (PCM)'),
+  decode: (s) => (s.format === 'mp3'
+    ? `${s.decode.failures} failures in ${s.decode.payloads} payloads${s.decode.singleFrameFailures ? ` (${s.decode.singleFrameFailures} of one whole frame: too short to probe)` : ''}; ${s.decode.lostSamples} samples lost (${s.decode.lostPct}%)`
+    : '–'),
+  gaps: (s) => `${s.gaps.length} (${Math.round(s.gaps.reduce((a, g) => a + g.ms, 0))} ms)`,
+  state: (s) => `${s.state}${s.reused ? ' (same socket)' : ''}${s.cancel ? `; silent ${fmtMs(s.cancel.silentMs)} after stop` : ''}${s.error ? `: ${s.error.code} ${s.error.message}` : ''}`,
+};
+
+// figures that show damage are marked, so a naive-chunking run stands out at a glance
+const BAD = {
+  aligned: (s) => s.format === 'mp3' && s.wholePayloads < s.audioMessages,
+  mse: (s) => s.mse.appendErrors > 0 || s.mse.ranges > 1,
+  decode: (s) => s.decode.failures > s.decode.singleFrameFailures || s.decode.lostSamples > s.decode.singleFrameFailures * 576,
+  gaps: (s) => s.gaps.length > 0,
+  state: (s) => !!s.error,
+};
+
+function renderPanel(name) {
+  const panel = $(`#panel-${name}`);
+  const st = demo.channels[name];
+  panel.classList.toggle('idle', !st);
+  for (const cell of panel.querySelectorAll('[data-stat]')) {
+    const key = cell.dataset.stat;
+    cell.textContent = st ? ROWS[key](st) : '–';
+    cell.classList.toggle('bad', !!(st && BAD[key] && BAD[key](st)));
+  }
+  const caps = $('.captions', panel);
+  if (!st) { caps.replaceChildren(); $('.agent', panel).textContent = ''; return; }
+  while (caps.children.length < st.sentences.length) {
+    const span = document.createElement('span');
+    span.textContent = `${st.sentences[caps.children.length].text} `;
+    caps.append(span);
+  }
+  let current = -1;
+  st.sentences.forEach((s, i) => { if (s.playMs !== null) current = i; });
+  const playing = st.state === 'playing' || st.state === 'streaming';
+  [...caps.children].forEach((el, i) => {
+    el.classList.toggle('now', playing && i === current);
+    el.classList.toggle('said', i < current || (!playing && i <= current));
+  });
+  $('.agent', panel).textContent = st.agentText;
+}
+
+let pending = false;
+function schedule() {
+  if (pending) return;
+  pending = true;
+  requestAnimationFrame(() => {
+    pending = false;
+    for (const name of CHANNELS) renderPanel(name);
+    drawTimeline($('#timeline'), CHANNELS.map((n) => demo.channels[n]).filter(Boolean));
+    const live = CHANNELS.some((n) => demo.channels[n] && !demo.channels[n].finished);
+    if (live) setTimeout(schedule, 100);
+  });
+}
+
+// -- wiring ---------------------------------------------------------------------------------
+async function loadVoices() {
+  const sel = $('#voice');
+  try {
+    const resp = await fetch('/v1/voices');
+    const body = await resp.json();
+    sel.replaceChildren(...body.voices.map((v) => {
+      const o = document.createElement('option');
+      o.value = v.id;
+      o.textContent = `${v.id} (${v.language}, ${v.gender})`;
+      o.selected = v.id === body.default;
+      return o;
+    }));
+    $('#engine').textContent = body.engine;
+  } catch (err) {
+    $('#notice').textContent = `Could not load voices: ${err}`;
+  }
+}
+
+function wire() {
+  $('#play-both').addEventListener('click', () => play('both'));
+  $('#play-sse').addEventListener('click', () => play('sse'));
+  $('#play-ws').addEventListener('click', () => play('ws'));
+  $('#stop').addEventListener('click', () => stop());
+  $('#speed').addEventListener('input', () => { $('#speed-out').textContent = `${Number($('#speed').value).toFixed(2)}×`; });
+  for (const radio of document.querySelectorAll('input[name=input]')) {
+    radio.addEventListener('change', () => document.body.classList.toggle('prompt-mode', radio.value === 'prompt' && radio.checked));
+  }
+  for (const name of CHANNELS) {
+    $(`#panel-${name} .mute`).addEventListener('change', (e) => demo.graphs[name] && demo.graphs[name].setMuted(e.target.checked));
+  }
+  if (!MSE_MP3) $('#notice').textContent = 'No MediaSource audio/mpeg here: MP3 requests play as PCM over WebAudio.';
+  window.addEventListener('resize', schedule);
+}
+
+wire();
+loadVoices().then(() => { demo.ready = true; schedule(); });

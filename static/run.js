@@ -1,0 +1,189 @@
+// One reply on one channel: its stats (what window.demo exposes), its player, the frame check,
+// the decode diagnostic and a monitor that samples the analyser and the playback position.
+
+import { checkPayload, FrameCounter } from './mp3.js';
+import { DecodeCheck, isSilent, MsePlayer, PcmPlayer } from './players.js';
+
+const MONITOR_MS = 10;
+
+export function newStats(name, opts) {
+  const t0 = performance.now();
+  return {
+    channel: name, state: 'connecting', format: opts.format, chunking: opts.chunking, reused: false,
+    t0, now: () => Math.round((performance.now() - t0) * 10) / 10,
+    ttfbMs: null, firstPlayMs: null, firstSoundMs: null, endedMs: null, ended: false, playResolved: false,
+    audioBytes: 0, wireBytes: 0, wireBytesTotal: 0, overheadPct: null, overheadTotalPct: null,
+    messages: 0, audioMessages: 0, eventMessages: 0,
+    frames: 0, samples: 0, syncPayloads: 0, wholePayloads: 0, skippedBytes: 0,
+    mse: { appends: 0, appendsOk: 0, appendErrors: 0, bufferedS: 0, ranges: 0 },
+    expectedS: 0, decode: { payloads: 0, failures: 0, singleFrameFailures: 0, decodedSamples: 0, pending: 0, lostSamples: 0, lostPct: 0 },
+    gaps: [], levels: [], peakRms: 0, soundMs: 0,
+    sentences: [], payloads: [], agentText: '', done: null, error: null, errors: [],
+    cancel: null, sampleRate: 24000,
+  };
+}
+
+export class Run {
+  constructor(name, opts, ctx, graph, onChange) {
+    this.stats = newStats(name, opts);
+    this.opts = opts;
+    this.ctx = ctx;
+    this.graph = graph;
+    this.onChange = onChange;
+    this.bytes = []; // the payloads as received, for tests that check them again in Python
+    this.player = null;
+    this.frames = opts.format === 'mp3' ? new FrameCounter() : null;
+    this.check = null;
+    this.monitor = setInterval(() => this.sample(), MONITOR_MS);
+  }
+
+  ensurePlayer() {
+    if (this.player) return;
+    const st = this.stats;
+    if (st.format === 'mp3') {
+      this.player = new MsePlayer(this.ctx, this.graph, st);
+      this.check = new DecodeCheck(st.sampleRate);
+      st.decode = Object.assign(this.check.result, { lostSamples: 0, lostPct: 0 });
+    } else {
+      this.player = new PcmPlayer(this.ctx, this.graph, st, st.sampleRate);
+    }
+  }
+
+  event(type, body, wire) {
+    const st = this.stats;
+    if (type !== 'done') { st.wireBytesTotal += wire; st.messages += 1; st.eventMessages += 1; }
+    if (type === 'ready') {
+      st.session = body.session;
+      st.sampleRate = body.sample_rate;
+      st.format = body.format;
+      st.state = 'streaming';
+    } else if (type === 'sentence') {
+      st.sentences.push({ index: body.index, text: body.text, arriveMs: st.now(), mediaS: this.mediaSoFar(), playMs: null });
+    } else if (type === 'text') {
+      st.agentText += body.delta;
+    } else if (type === 'done') {
+      this.finish(body);
+    } else if (type === 'cancelled') {
+      if (st.cancel) st.cancel.cancelledMs = st.now() - st.cancel.atMs;
+      this.end('stopped');
+    } else if (type === 'error') {
+      this.error(body);
+    }
+    this.onChange();
+  }
+
+  overhead(wire) { this.stats.wireBytesTotal += wire; }
+
+  mediaSoFar() {
+    const st = this.stats;
+    if (this.frames) return this.frames.samples / st.sampleRate;
+    return Math.floor(st.audioBytes / 2) / st.sampleRate;
+  }
+
+  audio(bytes, meta, wire) {
+    const st = this.stats;
+    if (st.state === 'stopped') return;
+    if (st.ttfbMs === null) st.ttfbMs = st.now();
+    st.state = 'streaming';
+    this.ensurePlayer();
+    const entry = { seq: st.audioMessages, sentence: meta.sentence, bytes: bytes.length, arriveMs: st.now(), mediaS: this.mediaSoFar(), playMs: null };
+    st.payloads.push(entry);
+    st.messages += 1;
+    st.audioMessages += 1;
+    st.audioBytes += bytes.length;
+    st.wireBytes += wire;
+    st.wireBytesTotal += wire;
+    this.bytes.push(bytes);
+    if (this.frames) {
+      const c = checkPayload(bytes);
+      Object.assign(entry, { sync: c.sync, whole: c.whole, frames: c.frames });
+      st.syncPayloads += c.sync ? 1 : 0;
+      st.wholePayloads += c.whole ? 1 : 0;
+      this.frames.push(bytes);
+      st.frames = this.frames.frames;
+      st.samples = this.frames.samples;
+      st.skippedBytes = this.frames.skipped;
+      this.check.add(bytes, entry, c.whole ? c.frames : 0);
+    } else {
+      st.samples = Math.floor(st.audioBytes / 2);
+    }
+    this.player.push(bytes);
+    this.overheads();
+    this.onChange();
+  }
+
+  overheads() {
+    const st = this.stats;
+    st.expectedS = st.samples / st.sampleRate;
+    if (!st.audioBytes) return;
+    st.overheadPct = Math.round((st.wireBytes / st.audioBytes - 1) * 10000) / 100;
+    st.overheadTotalPct = Math.round((st.wireBytesTotal / st.audioBytes - 1) * 10000) / 100;
+  }
+
+  finish(done) {
+    const st = this.stats;
+    st.done = done;
+    st.state = 'playing';
+    this.overheads();
+    if (this.player) this.player.finish();
+    else this.end('ended'); // nothing to play
+  }
+
+  error(body) {
+    this.stats.error = body;
+    this.end('error');
+  }
+
+  closed() {
+    if (!this.stats.done && !this.stats.error && this.stats.state !== 'stopped') this.error({ code: 'closed', message: 'the channel closed before done' });
+  }
+
+  /** Barge-in on the client side: stop sound now and keep watching until it is silent. */
+  stop() {
+    const st = this.stats;
+    if (['ended', 'error'].includes(st.state)) return;
+    st.cancel = { atMs: st.now(), silentMs: null, cancelledMs: null };
+    if (this.player) this.player.stop();
+    this.end('stopped');
+  }
+
+  end(state) {
+    const st = this.stats;
+    if (st.state !== 'stopped') st.state = state;
+    if (this.player && state !== 'ended') this.player.stop();
+  }
+
+  sample() {
+    const st = this.stats;
+    const rms = this.graph.level();
+    const t = st.now();
+    st.levels.push([t, Math.round(rms * 1e4) / 1e4]);
+    st.peakRms = Math.max(st.peakRms, rms);
+    if (!isSilent(rms)) {
+      st.soundMs += MONITOR_MS;
+      if (st.firstSoundMs === null) st.firstSoundMs = t;
+    }
+    if (st.cancel && st.cancel.silentMs === null && isSilent(rms)) st.cancel.silentMs = t - st.cancel.atMs;
+    if (this.player) this.trackPlayback(t);
+    if (st.decode.pending === 0 && st.done && this.frames) {
+      st.decode.lostSamples = st.samples - st.decode.decodedSamples;
+      st.decode.lostPct = st.samples ? Math.round((st.decode.lostSamples / st.samples) * 10000) / 100 : 0;
+    }
+    const quiet = st.cancel ? st.cancel.silentMs !== null : true;
+    if ((st.state === 'ended' || st.state === 'error' || st.state === 'stopped') && quiet && st.decode.pending === 0) {
+      st.finished = true;
+      clearInterval(this.monitor);
+      this.onChange();
+    }
+  }
+
+  trackPlayback(t) {
+    const st = this.stats;
+    if (st.state === 'stopped') return;
+    const pos = this.player.mediaTime();
+    for (const list of [st.sentences, st.payloads]) {
+      for (const item of list) if (item.playMs === null && pos > item.mediaS) item.playMs = t;
+    }
+    if (st.ended && st.state === 'playing') { st.state = 'ended'; this.onChange(); }
+  }
+}
