@@ -4,13 +4,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
-from typing import AsyncIterator
 
 import aiohttp
 import pytest
@@ -18,11 +13,11 @@ from aiohttp import WSMsgType
 
 from gateway.client import sse_stream, ws_stream
 from gateway.engines.fake import FakeEngine
+from gateway.procs import ServerProcess
 from gateway.state import GATEWAY
 
-from .conftest import Server, fake_settings, free_port
+from .conftest import Server, fake_settings
 
-ROOT = Path(__file__).resolve().parent.parent
 LONG = " ".join(f"This is sentence number {n} of a long reply." for n in range(40))
 
 
@@ -232,33 +227,9 @@ async def test_static_files_cannot_escape(fake_server: Server, path: str) -> Non
     assert b"make_app" not in raw and b"kokoro-gateway" not in raw
 
 
-@pytest.fixture
-def gateway_process() -> AsyncIterator:
-    procs = []
-
-    def start(*settings: str) -> tuple[subprocess.Popen, str]:
-        port = free_port()
-        args = [sys.executable, "run_gateway.py", "serve", "--engine", "fake", "--port", str(port)]
-        for item in settings:
-            args += ["--set", item]
-        proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        procs.append(proc)
-        for line in proc.stdout:  # the one line that says it listens
-            if b"listening on" in line:
-                break
-        return proc, f"http://127.0.0.1:{port}"
-
-    yield start
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-        p.wait()
-        p.stdout.close()
-
-
-async def test_sigterm_lets_sessions_finish_then_goes_away(gateway_process, http) -> None:
-    proc, url = gateway_process("fake_rtf=0.5", "fake_chunk_ms=100", "shutdown_grace_s=4")
+async def test_sigterm_lets_sessions_finish_then_goes_away(http) -> None:
+    server = ServerProcess("serve", "--engine", "fake", settings=["fake_rtf=0.5", "fake_chunk_ms=100", "shutdown_grace_s=4"])
+    proc, url = server.proc, server.url
     ws_url = url.replace("http", "ws") + "/v1/stream/ws"
     short = asyncio.create_task(ws_stream(http, ws_url, text="A short reply that finishes within the grace period."))
     long = asyncio.create_task(ws_stream(http, ws_url, text=LONG))
@@ -272,18 +243,14 @@ async def test_sigterm_lets_sessions_finish_then_goes_away(gateway_process, http
     assert finished.done and finished.close_code == 1000
     assert cut.done is None and cut.close_code == 1001
     assert proc.wait(timeout=15) == 0
+    server.stop()
 
 
 async def test_short_soak_leaves_no_task_behind() -> None:
-    from gateway.bench.soak import soak, start_gateway
+    from gateway.bench.soak import soak
 
-    proc, url = start_gateway("fake", ["fake_rtf=0.2", "fake_chunk_ms=100"])
-    try:
-        result = await soak(url, seconds=4, clients=8)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        proc.stdout.close()
+    with ServerProcess("serve", "--engine", "fake", settings=["fake_rtf=0.2", "fake_chunk_ms=100"]) as server:
+        result = await soak(server.url, seconds=4, clients=8)
     assert result["sessions"] > 20
     assert result["errors"] == 0, result["outcomes"]
     assert result["tasks_end"] <= result["tasks_start"], result

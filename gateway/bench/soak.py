@@ -12,12 +12,8 @@ import argparse
 import asyncio
 import json
 import logging
-import os
 import random
 import re
-import socket
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -25,21 +21,15 @@ from pathlib import Path
 import aiohttp
 
 from ..client import sse_stream, ws_stream
+from ..procs import ServerProcess
 
 log = logging.getLogger(__name__)
-ROOT = Path(__file__).resolve().parents[2]
 TEXTS = (
     "Sure, I can help with that. Your order shipped this morning and arrives on Thursday.",
     "The meeting moved to 3:30 p.m. on Friday. Dr. Chen will join remotely. Bring the slides!",
     "Here is the plan. First, we collect the data. Then we train. Finally, we evaluate it.",
 )
 ACTIONS = ("complete_ws", "complete_sse", "cancel", "disconnect", "garbage", "disconnect_sse")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def scrape(http: aiohttp.ClientSession, url: str) -> dict[str, float]:
@@ -114,20 +104,6 @@ async def soak(url: str, seconds: float, clients: int) -> dict[str, object]:
             "tasks_start": start["tts_asyncio_tasks"], "tasks_end": end["tts_asyncio_tasks"]}
 
 
-def start_gateway(engine: str, extra: list[str]) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
-    args = [sys.executable, "run_gateway.py", "serve", "--engine", engine, "--port", str(port)]
-    for item in extra:
-        args += ["--set", item]
-    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if b"listening on" in line:
-            break
-    return proc, f"http://127.0.0.1:{port}"
-
-
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="bench soak", description=__doc__.split("\n")[0])
     p.add_argument("--seconds", type=float, default=120.0)
@@ -137,14 +113,8 @@ def main(argv: list[str]) -> int:
                    help="gateway settings (default: fake engine at 0.2 real-time factor)")
     p.add_argument("--out", default="bench-results/soak.json")
     args = p.parse_args(argv)
-    proc, url = start_gateway(args.engine, args.set)
-    try:
-        result = asyncio.run(soak(url, args.seconds, args.clients))
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        if proc.stdout:
-            proc.stdout.close()
+    with ServerProcess("serve", "--engine", args.engine, settings=args.set) as server:
+        result = asyncio.run(soak(server.url, args.seconds, args.clients))
     result["engine"] = args.engine
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
