@@ -10,7 +10,7 @@ STAMP_RUN  := $(VENV)/.installed-run
 STAMP_TEST := $(VENV)/.installed-test
 PYTEST_ARGS ?=
 
-.PHONY: run test install install-test debian-deps clean
+.PHONY: run test install install-test debian-deps clean test-sagemaker312
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,28 @@ run: install
 # pytest's exit code 5 (no tests collected) fails this target like any other failure
 test: install-test
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory test-sagemaker312
+
+# The SageMaker bidirectional-stream SDK needs Python 3.12: its tests run in their own venv,
+# made from pyenv's 3.12 (installed on these machines), against a local HTTP/2 + TLS stand-in.
+PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) $(shell command -v python3.12 2>/dev/null))
+VENV312   := .venv312
+PY312     := $(VENV312)/bin/python
+PIP312    := $(PY312) -m pip --disable-pip-version-check -q
+STAMP_312 := $(VENV312)/.installed-test
+
+$(STAMP_312): pyproject.toml tests/sagemaker312/requirements.txt
+	$(PYTHON312) -m venv $(VENV312)
+	$(PIP312) install --upgrade pip
+	$(PIP312) install -r tests/sagemaker312/requirements.txt
+	$(PIP312) install --no-deps -e .
+	touch $@
+
+test-sagemaker312:
+	@if [ -n "$(PYTHON312)" ] && [ -x "$(PYTHON312)" ]; then \
+	  $(MAKE) --no-print-directory $(STAMP_312) && \
+	  $(PY312) -m pytest -q -p no:cacheprovider tests/sagemaker312 tests/test_sagemaker.py; \
+	else echo "SKIPPED tests/sagemaker312: no Python 3.12 found"; fi
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis artifacts
+	rm -rf $(VENV) $(VENV312) .pytest_cache .hypothesis artifacts

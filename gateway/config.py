@@ -82,7 +82,12 @@ class Settings:
     container_url: str = "ws://127.0.0.1:8080/invocations-bidirectional-stream"
     container_pool_size: int = 4  # idle sockets kept open to the container
     sagemaker_endpoint: str = ""
-    sagemaker_region: str = ""
+    sagemaker_region: str = ""  # "": the standard AWS chain (AWS_REGION, profile)
+    sagemaker_mode: str = "stream"  # stream (bidirectional, Python 3.12+) or batch (InvokeEndpoint)
+    sagemaker_endpoint_url: str = ""  # "": the regional URL; else a VPC endpoint or a local stand-in
+    sagemaker_ca_file: str = ""  # PEM CAs trusted for it ("": the system's)
+    sagemaker_voices: str = ""  # comma-separated voice ids the endpoint serves ("": Kokoro-82M English)
+    sagemaker_max_concurrency: int = 16  # segments in flight to the endpoint
 
     def replace(self, **changes: Any) -> "Settings":
         return dataclasses.replace(self, **_coerce_all(changes))
