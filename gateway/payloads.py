@@ -33,8 +33,11 @@ class Packetizer:
             return split_frames(data, self.frames_per_payload)
         if self.fmt in ("pcm", "wav"):
             # same duration per payload as the MP3 grouping; cuts stay on whole samples
+            # spread evenly, like MP3 frames: a 200 ms chunk is one payload, not 192 + 8 ms
             step = self.frames_per_payload * MP3_FRAME_SAMPLES * 2
-            return [data[i:i + step] for i in range(0, len(data), step)]
+            parts = -(-len(data) // step)
+            size = -(-len(data) // parts // 2) * 2  # whole samples
+            return [data[i:i + size] for i in range(0, len(data), size)]
         return [data]  # opus/WebM: the muxer's own clusters
 
     def flush(self) -> list[bytes]:

@@ -86,7 +86,7 @@ class SocketPool:
                     autoping=True, compress=0, max_msg_size=0,
                 )
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            raise LostSocket(f"cannot connect to {self.url}: {exc or type(exc).__name__}") from exc
+            raise LostSocket(f"cannot connect to {self.url}: {str(exc) or type(exc).__name__}") from exc
         self.opened += 1
         return ws
 
@@ -141,7 +141,10 @@ class ContainerEngine:
     async def start(self) -> None:
         if self._http is not None:
             return
-        http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S))
+        # limit=0: aiohttp's default of 100 connections would queue stream 101 behind the pool,
+        # and the connect timeout would then fail it as unavailable
+        http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                     timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S))
         try:
             body = await self._fetch_voices(http)
         except BaseException:

@@ -80,12 +80,15 @@ class FakeEngine:
                 await asyncio.Event().wait()
             pcm = self.render(text, voice, speed)
             step = max(1, int(self.sample_rate * s.fake_chunk_ms / 1000))
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
             for n, start in enumerate(range(0, len(pcm), step)):
                 if 0 <= s.fake_fail_after <= n:
                     raise EngineError("fake engine failure injected", code="engine_error")
                 chunk = pcm[start:start + step]
-                if s.fake_rtf:
-                    await asyncio.sleep(len(chunk) / self.sample_rate * s.fake_rtf)
+                if s.fake_rtf:  # against the clock, so scheduling delays do not add up
+                    due = t0 + (start + len(chunk)) / self.sample_rate * s.fake_rtf
+                    await asyncio.sleep(max(0.0, due - loop.time()))
                 yield chunk.tobytes()
         finally:
             self.active -= 1

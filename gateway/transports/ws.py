@@ -48,6 +48,9 @@ class WsChannel:
         self.text_chars = 0  # text received in the current reply
         self.finished: asyncio.Future[None] | None = None  # set when the pump has closed the session
         self.closing = False  # we started the close handshake
+        # label lookups once per session, not per payload (2-4% of CPU at 1,000 sessions)
+        self._audio_bytes = gw.metrics.bytes.labels("ws", "audio")
+        self._wire_bytes = gw.metrics.bytes.labels("ws", "wire")
 
     # -- sending ------------------------------------------------------------------------
     async def send_event(self, event: Event) -> int:
@@ -130,13 +133,12 @@ class WsChannel:
         await self.close(WSCloseCode.OK if last == "done" else WSCloseCode.INTERNAL_ERROR)
 
     def _observe(self, event: Event, wire: int) -> None:
-        m = self.gw.metrics
         if event.type == "audio":
             self.audio_wire += wire
-            m.bytes.labels("ws", "audio").inc(len(event.audio))
-            m.bytes.labels("ws", "wire").inc(wire)
+            self._audio_bytes.inc(len(event.audio))
+            self._wire_bytes.inc(wire)
         elif event.type == "error":
-            m.errors.labels("ws", str(event.fields.get("code"))).inc()
+            self.gw.metrics.errors.labels("ws", str(event.fields.get("code"))).inc()
 
     # -- the client's messages -> the session -------------------------------------------
     async def open_session(self, fields: dict[str, Any]) -> StreamSession:

@@ -1,0 +1,532 @@
+"""Gateway capacity: how many real-time streams one gateway process holds, and what stops it.
+
+The gateway runs in a SUBPROCESS (so the client load does not share its event loop) with the
+fake engine pacing audio at real time (``fake_rtf=1.0``; ``PacedFakeEngine`` by default, which
+keeps to the clock where the stock one drifts); the clients run in one or more client processes. Per concurrency level every session opens a WebSocket, asks for a reply long
+enough to outlast the level, and measures each payload's lateness::
+
+    lateness = arrival - (first arrival + audio duration received before it)
+
+i.e. how far behind a listener who started playing at the first payload the stream has
+fallen. A level holds when every session is still streaming at the end of the window, no
+session failed and p99 lateness stays under the bound (50 ms). Gateway CPU is read from
+/proc over the same window, so "streams per core" is measured, not guessed. With ``--profile``
+py-spy samples the gateway during the window and the hottest functions are reported.
+
+    python -m gateway.bench.capacity --format pcm --levels 100,250,500,1000,1500
+    python -m gateway.bench.capacity --format mp3 --levels 50,100,200,400 --encoders --profile
+    python -m gateway.bench.capacity --relay --levels 50,100,150   # gateway -> model container
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import json
+import logging
+import multiprocessing
+import os
+import resource
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import aiohttp
+import numpy as np
+
+from ..config import ROOT, Settings
+from ..engines.fake import FakeEngine
+from ..errors import BadRequest
+
+log = logging.getLogger(__name__)
+
+LOOPBACK = "127.0.0.1"
+PACED_FAKE = "gateway.bench.capacity:PacedFakeEngine"
+# the gateway's own entry point on uvloop's event loop, to measure what the loop costs
+UVLOOP_MAIN = "import sys, uvloop; uvloop.install(); from gateway.cli import main; sys.exit(main(sys.argv[1:]))"
+
+SENTENCE = "The quick brown fox jumps over the lazy dog near the quiet river bank today."
+WORD_S = 0.24  # the fake engine's audio per word (180 ms tone + 60 ms gap)
+
+
+@dataclass(frozen=True, slots=True)
+class Level:
+    """One concurrency level's figures (lateness in ms, CPU in cores)."""
+
+    concurrency: int
+    format: str
+    connected: int
+    streaming_at_end: int
+    errors: dict[str, int]
+    payloads: int
+    late_p50_ms: float
+    late_p99_ms: float
+    late_max_ms: float
+    gateway_cores: float
+    upstream_cores: float | None  # the model container's, in a relay run
+    client_cores: float
+    machine_busy: float  # 0..1 over all cores, every process on the machine
+    gateway_runqueue: float  # share of the window the gateway's loop was runnable but not running
+    streams_per_core: float
+    cpu_us_per_payload: float  # gateway CPU per payload delivered: steady even when starved
+    holds: bool
+    hot: tuple[tuple[str, float], ...] = ()
+
+
+def reply_text(seconds: float) -> str:
+    """A reply whose fake audio lasts at least ``seconds``."""
+    words = len(SENTENCE.split())
+    return " ".join([SENTENCE] * (int(seconds / (WORD_S * words)) + 1))
+
+
+def payload_seconds(data: bytes, fmt: str, rate: int) -> float:
+    if fmt == "pcm":
+        return len(data) / 2 / rate
+    from ..audio.mp3 import iter_frames
+
+    return sum(h.duration_s for _, h in iter_frames(data))
+
+
+# -- the gateway under test, in its own process ----------------------------------------------
+def raise_fd_limit(_: object = None) -> int:
+    """Raise the soft open-file limit to the hard one (children inherit it); return it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return hard
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        return int(s.getsockname()[1])
+
+
+class GatewayProcess:
+    """``run_gateway.py serve`` (or ``container``) in a subprocess on a free loopback port.
+
+    Its log goes to a temporary file (a full pipe would stall it); the tail is quoted when it
+    fails to become ready.
+    """
+
+    def __init__(self, engine: str, settings: dict[str, str] | None = None, *, command: str = "serve",
+                 uvloop: bool = False, ready_timeout_s: float = 120.0) -> None:
+        self.engine, self.settings, self.command = engine, dict(settings or {}), command
+        self.uvloop = uvloop
+        self.ready_timeout_s = ready_timeout_s
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        fd, name = tempfile.mkstemp(prefix=f"{command}-", suffix=".log")
+        os.close(fd)
+        self.log_path = Path(name)
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        path = "/invocations-bidirectional-stream" if self.command == "container" else "/v1/stream/ws"
+        return f"ws://{LOOPBACK}:{self.port}{path}"
+
+    @property
+    def pid(self) -> int:
+        if self.proc is None:
+            raise RuntimeError("the gateway process has not been started")
+        return self.proc.pid
+
+    def runqueue_seconds(self) -> float:
+        """Seconds the event-loop thread has waited for a CPU while runnable (schedstat): how
+        much the scheduler, not the gateway, held it back."""
+        return int(Path(f"/proc/{self.pid}/task/{self.pid}/schedstat").read_text().split()[1]) / 1e9
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU the process has used so far (from /proc, so no psutil needed)."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    async def __aenter__(self) -> "GatewayProcess":
+        entry = ["-c", UVLOOP_MAIN] if self.uvloop else [str(ROOT / "run_gateway.py")]
+        args = [sys.executable, *entry, self.command, "--engine", self.engine, "--host", LOOPBACK, "--port", str(self.port)]
+        for name, value in self.settings.items():
+            args += ["--set", f"{name}={value}"]
+        with self.log_path.open("wb") as out:
+            self.proc = subprocess.Popen(args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            await self._wait_ready()
+        except BaseException:
+            await self.__aexit__()
+            raise
+        return self
+
+    async def _wait_ready(self) -> None:
+        path = "/ping" if self.command == "container" else "/readyz"
+        deadline = time.monotonic() + self.ready_timeout_s
+        async with aiohttp.ClientSession() as http:
+            while time.monotonic() < deadline:
+                if self.proc is not None and self.proc.poll() is not None:
+                    raise RuntimeError(f"{self.command} exited ({self.proc.returncode}):\n{self.log_tail()}")
+                try:
+                    async with http.get(self.url + path) as resp:
+                        if resp.status == 200:
+                            return
+                except aiohttp.ClientConnectionError:
+                    pass
+                await asyncio.sleep(0.1)
+        raise TimeoutError(f"{self.command} not ready in {self.ready_timeout_s:g} s:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 20) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()  # SIGTERM: the gateway drains and exits
+            try:
+                await asyncio.to_thread(self.proc.wait, 20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                await asyncio.to_thread(self.proc.wait)
+        self.log_path.unlink(missing_ok=True)
+
+
+class PacedFakeEngine(FakeEngine):
+    """The fake engine, paced against the clock rather than by summed sleeps.
+
+    ``FakeEngine`` sleeps chunk by chunk, so each sleep's overshoot adds up (about 2 ms per
+    200 ms chunk here: 100 ms behind after ten seconds), which a lateness figure would blame on
+    the gateway. This one releases chunk n at ``start + audio up to n x fake_rtf``.
+    Run it with ``--engine gateway.bench.capacity:PacedFakeEngine``.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self._rendered: dict[tuple[str, str, float], np.ndarray] = {}
+
+    def render(self, text: str, voice: str, speed: float) -> np.ndarray:
+        # every session says the same reply: rendering tones once keeps the engine's own CPU
+        # out of a figure that is about the gateway
+        key = (text, voice, speed)
+        if key not in self._rendered:
+            self._rendered[key] = super().render(text, voice, speed)
+        return self._rendered[key]
+
+    async def synthesize(self, text: str, *, voice: str, speed: float) -> AsyncIterator[bytes]:
+        rtf = self.settings.fake_rtf
+        if not rtf:
+            async for chunk in super().synthesize(text, voice=voice, speed=speed):
+                yield chunk
+            return
+        if voice not in {v.id for v in self.voices}:
+            raise BadRequest(f"unknown voice {voice!r}", code="unknown_voice")
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        pcm = self.render(text, voice, speed)
+        step = max(1, int(self.sample_rate * self.settings.fake_chunk_ms / 1000))
+        for start in range(0, len(pcm), step):
+            chunk = pcm[start:start + step]
+            due = started + (start + len(chunk)) / self.sample_rate * rtf
+            await asyncio.sleep(max(0.0, due - loop.time()))
+            yield chunk.tobytes()
+
+
+def cpu_times() -> tuple[float, float]:
+    """(busy, total) jiffies of the whole machine: how much CPU everything else took."""
+    values = [float(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    total = sum(values[:8])
+    return total - values[3] - values[4], total
+
+
+def busy_fraction(before: tuple[float, float], after: tuple[float, float]) -> float:
+    total = after[1] - before[1]
+    return (after[0] - before[0]) / total if total else 0.0
+
+
+async def py_spy_top(pid: int, seconds: float, top: int = 12) -> list[tuple[str, float]]:
+    """Sample ``pid`` with py-spy; the functions where it spends its CPU, as shares of samples."""
+    exe = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(exe).exists():
+        log.warning("py-spy is not installed: no profile")
+        return []
+    fd, raw = tempfile.mkstemp(suffix=".txt")
+    os.close(fd)
+    proc = await asyncio.create_subprocess_exec(
+        exe, "record", "--pid", str(pid), "--duration", str(max(1, int(seconds))), "--rate", "50",
+        "--format", "raw", "--nonblocking", "-o", raw,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    await proc.wait()
+    counts: collections.Counter[str] = collections.Counter()
+    for line in Path(raw).read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        if stack and n.isdigit():  # self time: the innermost frame, without its line number
+            leaf = stack.rsplit(";", 1)[-1]
+            counts[leaf.rsplit(":", 1)[0] + ")" if ":" in leaf else leaf] += int(n)
+    Path(raw).unlink(missing_ok=True)
+    total = sum(counts.values()) or 1
+    return [(name, round(n / total, 4)) for name, n in counts.most_common(top)]
+
+
+def encoder_speeds(seconds: float = 20.0) -> dict[str, float]:
+    """x real time of each MP3 encoder alone on one core (64 kbps, 24 kHz, 200 ms chunks)."""
+    import av
+
+    from ..audio.encoders import Mp3Encoder
+
+    rng = np.random.default_rng(7)  # tones + noise: LAME's cost barely depends on content
+    t = np.arange(int(24000 * seconds)) / 24000
+    pcm = (8000 * np.sin(2 * np.pi * 220 * t) * np.sin(2 * np.pi * 3 * t) + rng.normal(0, 800, t.size)).astype(np.int16)
+    chunks = [pcm[i:i + 4800] for i in range(0, pcm.size, 4800)]
+    started = time.process_time()
+    lame = Mp3Encoder(sample_rate=24000, bitrate=64)
+    for chunk in chunks:
+        lame.encode(chunk.tobytes())
+    lame.flush()
+    lame_s = time.process_time() - started
+    started = time.process_time()
+    ctx = av.CodecContext.create("libmp3lame", "w")
+    ctx.sample_rate, ctx.layout, ctx.format, ctx.bit_rate = 24000, "mono", "s16p", 64000
+    ctx.open()
+    for n, chunk in enumerate(chunks):
+        frame = av.AudioFrame.from_ndarray(chunk.reshape(1, -1), format="s16p", layout="mono")
+        frame.sample_rate, frame.pts = 24000, n * 4800
+        ctx.encode(frame)
+    ctx.encode(None)
+    pyav_s = time.process_time() - started
+    return {"lameenc_x_realtime": round(seconds / lame_s, 1), "pyav_x_realtime": round(seconds / pyav_s, 1)}
+
+
+# -- the client side (runs in client processes) ------------------------------------------
+class Sink:
+    def __init__(self) -> None:
+        self.late: list[float] = []
+        self.errors: collections.Counter[str] = collections.Counter()
+        self.connected = 0
+        self.audio_s = 0.0  # audio delivered inside the window
+
+
+async def _session(http: aiohttp.ClientSession, url: str, fmt: str, text: str,
+                   window: tuple[float, float], sink: Sink) -> None:
+    async with http.ws_connect(url, max_msg_size=0) as ws:
+        sink.connected += 1
+        await ws.send_json({"type": "start", "format": fmt})
+        await ws.send_json({"type": "text", "text": text})
+        await ws.send_json({"type": "end"})
+        first, heard, rate = 0.0, 0.0, 24000
+        async for msg in ws:
+            now = time.monotonic()
+            if msg.type == aiohttp.WSMsgType.BINARY:
+                if not first:
+                    first = now
+                seconds = payload_seconds(msg.data, fmt, rate)
+                if window[0] <= now <= window[1]:
+                    sink.audio_s += seconds
+                    if now != first:
+                        sink.late.append(now - first - heard)
+                heard += seconds
+            elif msg.type == aiohttp.WSMsgType.TEXT:
+                body = json.loads(msg.data)
+                if body["type"] == "ready":
+                    rate = int(body["sample_rate"])
+                elif body["type"] == "error":
+                    sink.errors[str(body.get("code"))] += 1
+            else:
+                break
+
+
+async def _guarded(coro: Any, sink: Sink) -> None:
+    try:
+        await coro
+    except asyncio.CancelledError:
+        raise
+    except aiohttp.WSServerHandshakeError as exc:
+        sink.errors[f"http_{exc.status}"] += 1
+    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        sink.errors[type(exc).__name__] += 1
+
+
+async def _client_load(url: str, n: int, fmt: str, text: str, start_at: float, ramp_s: float,
+                       window: tuple[float, float]) -> dict[str, Any]:
+    sink = Sink()
+    cpu0 = time.process_time()
+    connector = aiohttp.TCPConnector(limit=0, force_close=True)
+    async with aiohttp.ClientSession(connector=connector) as http:
+        tasks = []
+        for i in range(n):  # a steady ramp: a connect storm measures the accept queue, not streaming
+            await asyncio.sleep(max(0.0, start_at + i * ramp_s / n - time.monotonic()))
+            tasks.append(asyncio.create_task(_guarded(_session(http, url, fmt, text, window, sink), sink)))
+        await asyncio.sleep(max(0.0, window[1] - time.monotonic()))
+        streaming = sum(1 for t in tasks if not t.done())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    cpu = time.process_time() - cpu0
+    return {"late": sink.late, "errors": dict(sink.errors), "connected": sink.connected,
+            "streaming": streaming, "client_cpu_s": cpu, "audio_s": sink.audio_s}
+
+
+def client_worker(url: str, n: int, fmt: str, text: str, start_at: float, ramp_s: float,
+                  window: tuple[float, float]) -> dict[str, Any]:
+    """Entry point of a client process (module-level, so a spawned process can import it)."""
+    raise_fd_limit()
+    coro = _client_load(url, n, fmt, text, start_at, ramp_s, window)
+    try:
+        import uvloop  # the clients are not what is measured: give them the faster loop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
+# -- the orchestrator ------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Plan:
+    fmt: str = "pcm"
+    window_s: float = 15.0
+    settle_s: float = 2.0
+    ramp_per_s: float = 250.0
+    client_procs: int = 1
+    bound_ms: float = 50.0
+    profile: bool = False
+    engine: str = PACED_FAKE  # "fake" measures the stock engine, drift and all
+    uvloop: bool = False  # run the gateway on uvloop
+    relay: bool = False  # the engine runs in a model container; the gateway relays its audio
+
+
+async def run_level(gw: GatewayProcess, upstream: GatewayProcess | None, pool: ProcessPoolExecutor,
+                    n: int, plan: Plan) -> Level:
+    loop = asyncio.get_running_loop()
+    ramp_s = max(1.0, n / plan.ramp_per_s)
+    start_at = time.monotonic() + 0.5
+    window = (start_at + ramp_s + plan.settle_s, start_at + ramp_s + plan.settle_s + plan.window_s)
+    text = reply_text(window[1] - start_at + 5.0)
+    shares = [n // plan.client_procs + (k < n % plan.client_procs) for k in range(plan.client_procs)]
+    futures = [loop.run_in_executor(pool, client_worker, gw.ws_url, share, plan.fmt, text, start_at, ramp_s, window)
+               for share in shares if share]
+    await asyncio.sleep(max(0.0, window[0] - time.monotonic()))
+    meters = [p for p in (gw, upstream) if p is not None]
+    cpu0, busy0, wait0 = [p.cpu_seconds() for p in meters], cpu_times(), gw.runqueue_seconds()
+    spy = asyncio.create_task(py_spy_top(gw.pid, plan.window_s - 1.0)) if plan.profile else None
+    await asyncio.sleep(max(0.0, window[1] - time.monotonic()))
+    cores = [(p.cpu_seconds() - c) / plan.window_s for p, c in zip(meters, cpu0)]
+    waiting = (gw.runqueue_seconds() - wait0) / plan.window_s
+    busy = busy_fraction(busy0, cpu_times())
+    parts = await asyncio.gather(*futures)
+    late = np.array([x for p in parts for x in p["late"]]) * 1000
+    errors: collections.Counter[str] = collections.Counter()
+    for p in parts:
+        errors.update(p["errors"])
+    streaming = sum(p["streaming"] for p in parts)
+    audio = sum(p["audio_s"] for p in parts)
+    p50, p99, worst = (np.percentile(late, [50, 99, 100]) if late.size else (float("nan"),) * 3)
+    return Level(
+        concurrency=n, format=plan.fmt, connected=sum(p["connected"] for p in parts),
+        streaming_at_end=streaming, errors=dict(errors), payloads=int(late.size),
+        late_p50_ms=round(float(p50), 1), late_p99_ms=round(float(p99), 1), late_max_ms=round(float(worst), 1),
+        gateway_cores=round(cores[0], 3), upstream_cores=round(cores[1], 3) if upstream else None,
+        client_cores=round(sum(p["client_cpu_s"] for p in parts) / (window[1] - start_at), 3),
+        machine_busy=round(busy, 3), gateway_runqueue=round(waiting, 3),
+        # audio seconds delivered per gateway CPU second: real-time streams one core could carry,
+        # a figure that holds even when the gateway was starved of CPU and fell behind
+        streams_per_core=round(audio / (cores[0] * plan.window_s), 1) if cores[0] else 0.0,
+        cpu_us_per_payload=round(cores[0] * plan.window_s / late.size * 1e6, 1) if late.size else 0.0,
+        holds=bool(streaming == n and not errors and late.size and p99 < plan.bound_ms),
+        hot=tuple(await spy) if spy else (),
+    )
+
+
+def gateway_settings(fmt: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Settings for a capacity gateway: real-time fake engine, no admission cap in the way."""
+    return {
+        "fake_rtf": "1.0", "default_format": fmt, "log_level": "WARNING",
+        "max_active_sessions": "100000", "max_queued_sessions": "0", "max_sessions_per_client": "0",
+        **(extra or {}),
+    }
+
+
+async def sweep(levels: list[int], plan: Plan, *, settings: dict[str, str] | None = None,
+                stop_on_break: bool = True) -> list[Level]:
+    """Run ``levels`` against one fresh gateway subprocess; stop after the first that breaks."""
+    raise_fd_limit()
+    results: list[Level] = []
+    ctx = multiprocessing.get_context("spawn")  # never fork a process with a running event loop
+    with ProcessPoolExecutor(plan.client_procs, mp_context=ctx) as pool:
+        list(pool.map(raise_fd_limit, range(plan.client_procs)))  # warm the workers up
+        async with contextlib.AsyncExitStack() as stack:
+            engine, extra, upstream = plan.engine, dict(settings or {}), None
+            if plan.relay:  # gateway -> container engine -> model container running the paced fake
+                upstream = await stack.enter_async_context(GatewayProcess(
+                    plan.engine, {"fake_rtf": "1.0", "log_level": "WARNING"}, command="container"))
+                engine, extra = "container", {"container_url": upstream.ws_url, **extra}
+            gw = await stack.enter_async_context(
+                GatewayProcess(engine, gateway_settings(plan.fmt, extra), uvloop=plan.uvloop))
+            for n in levels:
+                level = await run_level(gw, upstream, pool, n, plan)
+                log.info("%s", _row(level))
+                results.append(level)
+                await asyncio.sleep(2.0)  # let the gateway close the last level's sessions
+                if stop_on_break and not level.holds:
+                    break
+    return results
+
+
+def _row(r: Level) -> str:
+    errs = ",".join(f"{k}:{v}" for k, v in r.errors.items()) or "-"
+    return (f"{r.format:>4} {r.concurrency:>6} {r.streaming_at_end:>6} {r.late_p50_ms:>8.1f} {r.late_p99_ms:>8.1f} "
+            f"{r.late_max_ms:>8.1f} {r.gateway_cores:>6.2f} {r.gateway_runqueue:>6.2f} "
+            f"{'-' if r.upstream_cores is None else format(r.upstream_cores, '.2f'):>6} {r.client_cores:>6.2f} {r.machine_busy:>5.0%} "
+            f"{r.streams_per_core:>8.1f} {'yes' if r.holds else 'NO':>5} {errs}")
+
+
+HEADER = (f"{'fmt':>4} {'conc':>6} {'live':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'gw cpu':>6} {'gw rq':>6} {'up cpu':>6} "
+          f"{'client':>6} {'box':>5} {'str/core':>8} {'holds':>5} errors")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="capacity", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--format", default="pcm", choices=("pcm", "mp3"))
+    parser.add_argument("--levels", default="100,250,500,1000,1500")
+    parser.add_argument("--window", type=float, default=15.0, help="measured seconds per level")
+    parser.add_argument("--client-procs", type=int, default=1)
+    parser.add_argument("--bound-ms", type=float, default=50.0, help="p99 lateness bound")
+    parser.add_argument("--ramp", type=float, default=250.0, help="new sessions per second")
+    parser.add_argument("--profile", action="store_true", help="py-spy the gateway during each window")
+    parser.add_argument("--all", action="store_true", help="run every level even after one breaks")
+    parser.add_argument("--encoders", action="store_true", help="also time the MP3 encoders alone")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="gateway setting")
+    parser.add_argument("--engine", default=PACED_FAKE, help="fake: the stock (drifting) fake engine")
+    parser.add_argument("--uvloop", action="store_true", help="run the gateway on uvloop")
+    parser.add_argument("--relay", action="store_true", help="engine in a model container; the gateway relays")
+    parser.add_argument("--out", default="", help="write the results as JSON here")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    plan = Plan(fmt=args.format, window_s=args.window, client_procs=args.client_procs,
+                bound_ms=args.bound_ms, ramp_per_s=args.ramp, profile=args.profile, engine=args.engine,
+                uvloop=args.uvloop, relay=args.relay)
+    extra = dict(item.split("=", 1) for item in args.set)
+    log.info("%s", HEADER)
+    levels = asyncio.run(sweep([int(x) for x in args.levels.split(",")], plan, settings=extra,
+                               stop_on_break=not args.all))
+    report: dict[str, Any] = {"plan": asdict(plan), "levels": [asdict(x) for x in levels],
+                              "load_average": os.getloadavg(), "cpus": os.cpu_count()}
+    if args.encoders:
+        report["encoders"] = encoder_speeds()
+        log.info("encoders alone (x real time on one core): %s", report["encoders"])
+    for level in levels:
+        for name, share in level.hot[:8]:
+            log.info("  %5d hot %5.1f%% %s", level.concurrency, share * 100, name)
+    held = [x.concurrency for x in levels if x.holds]
+    log.info("highest level held: %s", max(held) if held else "none")
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=2))
+    return 0 if held else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
