@@ -16,8 +16,10 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
 
+# Japanese text (optional, cheap): the readings frontend, without its dictionary downloads
 $(STAMP_RUN): pyproject.toml | $(PY)
 	$(PIP) install -e .
+	$(PIP) install --no-deps 'pyopenjtalk-plus==0.4.1.post10' 'sudachipy==0.7.0'
 	touch $@
 
 $(STAMP_TEST): pyproject.toml $(STAMP_RUN)

