@@ -1,0 +1,522 @@
+"""Shared pieces of the latency benchmarks: gateways on loopback, timing, stats, output.
+
+A benchmark starts a real gateway on a free loopback port (in this process, so it can also
+call the engine directly, or as a subprocess for the container path), talks to it with the
+reference clients, and writes ``bench-results/<name>.json`` plus PNG plots. Everything here
+is measurement plumbing; the figures themselves come from each benchmark's own runs.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, AsyncIterator, Awaitable, Callable, Sequence
+
+import aiohttp
+import numpy as np
+from aiohttp import web
+
+from ..config import ROOT, Settings, load_settings
+from ..engines.base import Engine
+
+log = logging.getLogger(__name__)
+
+RESULTS_DIR = Path("bench-results")
+STALL_TOLERANCE_S = 0.010  # a payload this late (or less) is jitter a player's buffer absorbs
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A gateway to measure: its base URL, and in-process, its engine."""
+
+    name: str
+    url: str
+    settings: Settings
+    engine: Engine | None = None
+
+    @property
+    def ws_url(self) -> str:
+        return self.url.replace("http://", "ws://", 1) + "/v1/stream/ws"
+
+    @property
+    def sse_url(self) -> str:
+        return self.url + "/v1/stream/sse"
+
+    @property
+    def speech_url(self) -> str:
+        return self.url + "/v1/audio/speech"
+
+
+def bench_settings(engine: str, overrides: Sequence[str] = (), **changes: Any) -> Settings:
+    """Settings for a benchmark gateway: defaults and config file, ``--set`` items, ``changes``."""
+    values: dict[str, Any] = {"engine": engine, "log_level": "WARNING"}
+    for item in overrides:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--set expects NAME=VALUE, got {item!r}")
+        values[name.strip()] = value
+    return load_settings(overrides={**values, **changes})
+
+
+@contextlib.asynccontextmanager
+async def gateway(settings: Settings, name: str | None = None, engine: Engine | None = None) -> AsyncIterator[Target]:
+    """A real gateway in this process on a free loopback port, its engine loaded.
+
+    Passing the ``engine`` of another running gateway shares it (one model in memory, one
+    inference pool), so gateways that differ only in core settings can be measured side by
+    side; the engine is closed by whichever gateway stops first, so stop them together.
+    """
+    from ..app import make_app
+    from ..state import GATEWAY
+
+    app = make_app(settings, engine)
+    runner = web.AppRunner(app, handler_cancellation=True)
+    await runner.setup()
+    port = free_port()
+    try:
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        gw = app[GATEWAY]
+        await gw.ready.wait()
+        if gw.load_error:
+            raise RuntimeError(f"engine {settings.engine} failed to load: {gw.load_error}")
+        yield Target(name or settings.engine, f"http://127.0.0.1:{port}", settings, gw.engine)
+    finally:
+        await runner.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def subprocess_server(args: Sequence[str], port: int, ready_path: str,
+                            timeout: float = 120.0) -> AsyncIterator[str]:
+    """``python run_gateway.py ARGS`` as a child process; yields its base URL once ready."""
+    cmd = [sys.executable, str(ROOT / "run_gateway.py"), *args]
+    with tempfile.TemporaryFile() as errors:  # a file, not a pipe: a chatty child never blocks
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=errors)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            await _wait_http(url + ready_path, proc, timeout, errors)
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                await asyncio.to_thread(proc.wait, 15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                await asyncio.to_thread(proc.wait)
+
+
+async def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float, errors: Any) -> None:
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as http:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                errors.seek(0)
+                tail = errors.read().decode(errors="replace")[-2000:]
+                raise RuntimeError(f"{' '.join(proc.args)} exited with {proc.returncode}: {tail}")
+            with contextlib.suppress(aiohttp.ClientError, OSError):
+                async with http.get(url) as resp:
+                    if resp.status == 200:
+                        return
+            await asyncio.sleep(0.2)
+    raise RuntimeError(f"{url} not ready after {timeout:g} s")
+
+
+# -- a client in its own process ----------------------------------------------------------
+
+
+class RemoteClient:
+    """The reference clients in a child process, driven over JSON lines on its stdin/stdout.
+
+    An in-process client shares the event loop with the gateway, so it reads a payload only
+    after whatever CPU work the gateway does next (encoding the rest of a segment), which
+    would be counted as gateway latency. In a child process it reads as soon as bytes arrive.
+    Times are ``time.perf_counter()`` values, one monotonic clock for all processes on Linux.
+    """
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def start(cls) -> AsyncIterator["RemoteClient"]:
+        code = "from gateway.bench.common import client_worker; client_worker()"
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", code, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, limit=1 << 24)
+        try:
+            yield cls(proc)
+        finally:
+            if proc.stdin is not None:
+                proc.stdin.close()
+            try:
+                await asyncio.wait_for(proc.wait(), 10)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+
+    async def run(self, channel: str, url: str, text: str = "", options: dict[str, Any] | None = None,
+                  prompt: str = "") -> Any:
+        """One reply (``text`` or ``prompt``) on ``ws`` or ``sse``; a ``StreamResult`` whose
+        payloads keep only their sizes (the audio itself stays in the child)."""
+        from ..client import StreamResult
+
+        if self.proc.stdin is None or self.proc.stdout is None:
+            raise RuntimeError("the client process has no pipes")
+        job = {"channel": channel, "url": url, "text": text, "prompt": prompt, "options": options or {}}
+        self.proc.stdin.write(json.dumps(job).encode() + b"\n")
+        await self.proc.stdin.drain()
+        line = await self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("the client process died")
+        reply = json.loads(line)
+        if "exception" in reply:
+            raise RuntimeError(f"{channel} client failed: {reply['exception']}")
+        r = StreamResult(events=[tuple(e) for e in reply["events"]], t0=reply["t0"])
+        r.payloads, r.payload_times = [bytes(n) for n in reply["sizes"]], reply["times"]
+        return r
+
+
+def client_worker() -> None:
+    """The child side of ``RemoteClient``: one job per stdin line, one JSON reply per job."""
+    asyncio.run(_client_jobs())
+
+
+async def _client_jobs() -> None:
+    from ..client import sse_stream, ws_stream
+
+    async with aiohttp.ClientSession() as http:
+        while line := await asyncio.to_thread(sys.stdin.readline):
+            job = json.loads(line)
+            try:
+                given = {"prompt": job["prompt"]} if job["prompt"] else {"text": job["text"]}
+                if job["channel"] == "ws":
+                    r = await ws_stream(http, job["url"], options=job["options"], **given)
+                else:
+                    r = await sse_stream(http, job["url"], method="POST", **given, **job["options"])
+                events = [(t, k, {n: v for n, v in f.items() if n != "data"}) for t, k, f in r.events]
+                reply = {"t0": r.t0, "times": r.payload_times, "sizes": [len(p) for p in r.payloads], "events": events}
+            except Exception as exc:  # reported to the parent, which raises it
+                reply = {"exception": repr(exc)}
+            sys.stdout.write(json.dumps(reply) + "\n")
+            sys.stdout.flush()
+
+
+# -- measurements --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    ttfb_ms: float  # request sent -> first byte of the body
+    total_ms: float
+    audio_bytes: int
+
+
+async def post_speech(http: aiohttp.ClientSession, url: str, text: str, t0: float | None = None,
+                      **fields: Any) -> Batch:
+    """``POST /v1/audio/speech`` (the batch baseline), timed from ``t0`` (default: now)."""
+    t0 = time.perf_counter() if t0 is None else t0
+    body = {"model": "kokoro", "input": text, **fields}
+    async with http.post(url, json=body) as resp:
+        if resp.status != 200:
+            raise RuntimeError(f"POST {url} -> {resp.status}: {await resp.text()}")
+        first = await resp.content.readany()
+        t_first = time.perf_counter()
+        rest = await resp.read()
+    return Batch((t_first - t0) * 1000, (time.perf_counter() - t0) * 1000, len(first) + len(rest))
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    n: int
+    mean: float
+    median: float
+    p90: float
+    min: float
+    max: float
+
+
+def stats(values: Sequence[float]) -> Stats:
+    if not values:
+        raise ValueError("no values to summarize")
+    a = np.asarray(values, float)
+    return Stats(len(a), round(float(a.mean()), 1), round(float(np.median(a)), 1),
+                 round(float(np.percentile(a, 90)), 1), round(float(a.min()), 1), round(float(a.max()), 1))
+
+
+def improvement(batch: Stats, other: Stats) -> dict[str, float]:
+    """How much ``other`` cuts ``batch``: percent (of the mean) and as a factor, mean and median."""
+    return {
+        "mean_pct": round((other.mean - batch.mean) / batch.mean * 100, 1),
+        "speedup_mean": round(batch.mean / other.mean, 2),
+        "speedup_median": round(batch.median / other.median, 2),
+        "ratio_mean": round(other.mean / batch.mean, 3),
+    }
+
+
+def playback(arrivals_s: Sequence[float], durations_s: Sequence[float],
+             tolerance_s: float = STALL_TOLERANCE_S) -> dict[str, Any]:
+    """Play payloads as they arrive, from the first one on: where would playback stall?
+
+    A player starts at the first payload and plays each in turn; a payload that arrives after
+    everything before it has been played (by more than ``tolerance_s``) is a stall, and play
+    resumes when it arrives. Times are seconds on one clock.
+    """
+    if not arrivals_s:
+        return {"stalls": 0, "stall_ms": 0.0, "intervals": [], "gaps": []}
+    end = arrivals_s[0]
+    intervals: list[tuple[float, float]] = []
+    gaps: list[tuple[float, float]] = []
+    for t, d in zip(arrivals_s, durations_s):
+        if t > end + tolerance_s:
+            gaps.append((end, t))
+        start = max(t, end)
+        end = start + d
+        if intervals and start <= intervals[-1][1] + 1e-9:
+            intervals[-1] = (intervals[-1][0], end)
+        else:
+            intervals.append((start, end))
+    stall_ms = sum(b - a for a, b in gaps) * 1000
+    return {"stalls": len(gaps), "stall_ms": round(stall_ms, 1), "intervals": intervals, "gaps": gaps}
+
+
+def mp3_seconds(payload: bytes, bitrate_kbps: int) -> float:
+    """Seconds of audio in constant-bitrate MP3 bytes (64 kbps at 24 kHz: 192 bytes = 24 ms)."""
+    return len(payload) * 8 / (bitrate_kbps * 1000)
+
+
+Probe = Callable[[aiohttp.ClientSession, str], Awaitable[dict[str, Any]]]
+
+
+async def measure(http: aiohttp.ClientSession, probes: dict[str, Probe], inputs: Sequence[str], reps: int,
+                  warmup: str, label: str = "") -> list[dict[str, Any]]:
+    """Every probe on every input, interleaved, ``reps`` times, after one uncounted warm-up each."""
+    for probe in probes.values():
+        await probe(http, warmup)
+    runs = []
+    for rep in range(reps):
+        log.info("%s: repetition %d of %d (%s x %d inputs)", label, rep + 1, reps, ", ".join(probes), len(inputs))
+        for i, text in enumerate(inputs):
+            for name, probe in probes.items():
+                runs.append({"channel": name, "rep": rep, "reply": i, **await probe(http, text)})
+    return runs
+
+
+def stream_run(r: Any, what: str, bitrate: int = 64) -> dict[str, Any]:
+    """A streamed reply (``StreamResult``) as a run: first and last audio, playback stalls."""
+    if r.error or r.ttfb_ms is None:
+        raise RuntimeError(f"{what} failed: {r.error or 'no audio'}")
+    arrivals = [p - r.t0 for p in r.payload_times]
+    play = playback(arrivals, [mp3_seconds(p, bitrate) for p in r.payloads])
+    return {"ttfb_ms": r.ttfb_ms, "total_ms": arrivals[-1] * 1000, "stalls": play["stalls"],
+            "stall_ms": play["stall_ms"], "first_segment": (r.of("sentence") or [{}])[0].get("text")}
+
+
+def summarize(runs: list[dict[str, Any]], baseline: str = "batch") -> dict[str, Any]:
+    """Stats per channel (first audio, last audio, stalls) and each one's gain over ``baseline``."""
+    out: dict[str, Any] = {"channels": {}, "improvement": {}}
+    for ch in dict.fromkeys(r["channel"] for r in runs):
+        mine = [r for r in runs if r["channel"] == ch]
+        entry: dict[str, Any] = {"ttfb": stats([r["ttfb_ms"] for r in mine]),
+                                 "total": stats([r["total_ms"] for r in mine])}
+        if "stalls" in mine[0]:
+            entry["runs_with_stalls"] = sum(1 for r in mine if r["stalls"])
+            entry["stall_ms_total"] = round(sum(r["stall_ms"] for r in mine), 1)
+        out["channels"][ch] = entry
+    if baseline in out["channels"]:
+        base = out["channels"][baseline]["ttfb"]
+        for ch, entry in out["channels"].items():
+            if ch != baseline:
+                out["improvement"][ch] = improvement(base, entry["ttfb"])
+    out["runs"] = runs
+    return out
+
+
+# -- output --------------------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    """What else was running: the CPU count and the load average when this was called."""
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
+    return {"cpus": os.cpu_count(), "loadavg_1m": round(load[0], 2), "loadavg_5m": round(load[1], 2)}
+
+
+def write_json(out_dir: Path, name: str, data: dict[str, Any]) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{name}.json"
+    path.write_text(json.dumps(data, indent=2, default=_jsonable) + "\n")
+    return path
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Stats):
+        return asdict(value)
+    if isinstance(value, (np.floating, np.integer)):
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain aligned text table (first column left-aligned, the rest right-aligned)."""
+    cells = [[_cell(v) for v in row] for row in [headers, *rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = []
+    for n, row in enumerate(cells):
+        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    return str(value)
+
+
+def quiet_logs() -> None:
+    """Keep the access log and the gateway's info lines out of a benchmark's table."""
+    for name in ("aiohttp.access", "gateway"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    logging.getLogger(__package__).setLevel(logging.INFO)  # the benchmarks' own progress lines
+
+
+def stall_cell(entry: dict[str, Any]) -> str:
+    """``runs with a stall / runs (total stall time)`` for a table, or blank for batch."""
+    if "runs_with_stalls" not in entry:
+        return ""
+    return f"{entry['runs_with_stalls']}/{entry['ttfb'].n} ({entry['stall_ms_total']:.0f} ms)"
+
+
+def report(text: str) -> None:
+    """A benchmark's table is its output: stdout, not the log."""
+    sys.stdout.write(text.rstrip("\n") + "\n")
+    sys.stdout.flush()
+
+
+# -- timelines and plots -------------------------------------------------------------------
+
+
+def timeline(result: Any, *, bitrate: int, first_clause_words: int, max_chars: int) -> dict[str, Any]:
+    """One reply on one channel, in ms: tokens in, segments cut, synthesis, audio sent and received.
+
+    Server times (``t_ms`` of ``text``, ``sentence`` and ``audio`` events) count from the
+    server's first input of the reply; client times count from the request; on loopback the
+    two clocks start within a millisecond of each other. Cut times replay the gateway's own
+    segmenter over the tokens at their server times. A segment's synthesis runs from its
+    ``sentence`` event to its last audio payload (the encoder's lag moves a few ms of each
+    segment into the next one's first payload).
+    """
+    from ..segmenter import Segmenter
+
+    events = [(k, f) for _, k, f in result.events]
+    tokens = [(float(f["t_ms"]), str(f["delta"])) for k, f in events if k == "text"]
+    sentences = [f for k, f in events if k == "sentence"]
+    sent = [f for k, f in events if k == "audio" and "t_ms" in f]
+    done = result.done or {}
+    cuts: list[float] = []
+    if tokens:
+        seg = Segmenter(first_clause_words=first_clause_words, max_chars=max_chars)
+        for t, delta in tokens:
+            cuts += [t] * len(seg.feed(delta))
+        cuts += [tokens[-1][0]] * len(seg.flush())
+    else:
+        cuts = [float(done.get("first_segment_ms") or 0.0)] * len(sentences)
+    synthesis = []
+    for s in sentences:
+        ends = [float(a["t_ms"]) for a in sent if a.get("sentence") == s["index"]]
+        synthesis.append((float(s["t_ms"]), max(ends, default=float(s["t_ms"]))))
+    received = [(t - result.t0) * 1000 for t in result.payload_times]
+    durations = [mp3_seconds(p, bitrate) for p in result.payloads]
+    play = playback([t / 1000 for t in received], durations)
+    return {
+        "tokens_ms": [t for t, _ in tokens],
+        "cuts_ms": cuts,
+        "segments": [s["text"] for s in sentences],
+        "synthesis_ms": synthesis,
+        "sent_ms": [float(a["t_ms"]) for a in sent],
+        "received_ms": received,
+        "playing_ms": [(a * 1000, b * 1000) for a, b in play["intervals"]],
+        "stall_gaps_ms": [(a * 1000, b * 1000) for a, b in play["gaps"]],
+        "ttfb_ms": result.ttfb_ms,
+    }
+
+
+def plot_timeline(path: Path, title: str, lanes: dict[str, dict[str, Any]]) -> None:
+    """One subplot per channel; rows: tokens, cuts, synthesis, audio sent, received, playing."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(len(lanes), 1, figsize=(11, 2.6 * len(lanes)), sharex=True, squeeze=False)
+    rows = ("tokens in", "segment cut", "synthesis", "audio sent", "audio received", "playing")
+    for ax, (channel, tl) in zip(axes[:, 0], lanes.items()):
+        y = {name: len(rows) - i for i, name in enumerate(rows)}
+        ax.vlines(tl["tokens_ms"], y["tokens in"] - 0.3, y["tokens in"] + 0.3, color="0.5", lw=0.8)
+        ax.plot(tl["cuts_ms"], [y["segment cut"]] * len(tl["cuts_ms"]), "v", color="tab:purple")
+        for n, (a, b) in enumerate(tl["synthesis_ms"]):
+            ax.broken_barh([(a, max(b - a, 1.0))], (y["synthesis"] - 0.35, 0.7),
+                           color="tab:orange" if n % 2 else "tab:brown")
+        ax.vlines(tl["sent_ms"], y["audio sent"] - 0.3, y["audio sent"] + 0.3, color="tab:blue", lw=0.8)
+        ax.vlines(tl["received_ms"], y["audio received"] - 0.3, y["audio received"] + 0.3, color="tab:green", lw=0.8)
+        ax.broken_barh([(a, b - a) for a, b in tl["playing_ms"]], (y["playing"] - 0.35, 0.7), color="tab:green")
+        ax.broken_barh([(a, b - a) for a, b in tl["stall_gaps_ms"]], (y["playing"] - 0.35, 0.7), color="tab:red")
+        ax.set_yticks(list(y.values()), list(y.keys()))
+        ttfb = tl["ttfb_ms"]
+        ax.set_title(f"{channel}: first audio {ttfb:.0f} ms" if ttfb else channel, fontsize=10, loc="left")
+        if ttfb:
+            ax.axvline(ttfb, color="tab:green", ls=":", lw=1)
+        ax.grid(axis="x", alpha=0.3)
+    axes[-1, 0].set_xlabel("ms since the request (server events: since its first input)")
+    fig.suptitle(title)
+    _save(fig, path)
+
+
+def plot_bars(path: Path, title: str, groups: dict[str, dict[str, Stats]],
+              ylabel: str = "time to first audio (ms)") -> None:
+    """Grouped bars: the mean per channel and group, with a median dot and a p90 whisker."""
+    plt = _pyplot()
+    channels = list(dict.fromkeys(c for g in groups.values() for c in g))
+    width = 0.8 / max(1, len(channels))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.8 * len(groups) * max(1, len(channels)) / 2), 4.2))
+    for j, channel in enumerate(channels):
+        xs = [i + (j - (len(channels) - 1) / 2) * width for i, g in enumerate(groups.values()) if channel in g]
+        st = [g[channel] for g in groups.values() if channel in g]
+        ax.bar(xs, [s.mean for s in st], width * 0.9, label=channel,
+               yerr=[[0] * len(st), [max(0.0, s.p90 - s.mean) for s in st]], capsize=3)
+        ax.plot(xs, [s.median for s in st], "k.", ms=5)
+        for x, s in zip(xs, st):
+            ax.annotate(f"{s.mean:.0f}", (x, s.mean), ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(range(len(groups)), list(groups))
+    ax.set_ylabel(ylabel)
+    ax.set_title(title + "  (bar: mean, dot: median, whisker: p90)", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    _save(fig, path)
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; no display needed
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    _pyplot().close(fig)

@@ -1,0 +1,167 @@
+"""The latency benchmarks run briefly on the fake engine, so they cannot rot.
+
+Each runs its real ``main``/``bench`` (real gateways on loopback, real clients) with one
+repetition and one or two replies, then checks the JSON it wrote: the expected keys, times
+that are positive, and the orderings the fake engine's timing makes certain (streaming's first
+audio before batch's when synthesis takes 0.3 s per audio second).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from gateway.agent import pick_reply, tokenize
+from gateway.bench import agent, overhead, ttfb
+from gateway.bench.common import free_port, playback, stats
+from gateway.bench.corpus import REPLIES, agent_prompts
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def load(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())
+
+
+@pytest.mark.parametrize(
+    ("arrivals", "durations", "stalls", "stall_ms", "end"),
+    [
+        ([0.0, 0.1, 0.2], [0.5, 0.5, 0.5], 0, 0.0, 1.5),  # each arrives while the one before plays
+        ([0.0, 1.0], [0.4, 0.4], 1, 600.0, 1.4),  # the second arrives 0.6 s after the first ended
+        ([0.0, 0.1, 1.0], [0.5, 0.2, 0.5], 1, 300.0, 1.5),  # played to 0.7 s, next at 1.0 s
+        ([0.0, 0.405], [0.4, 0.4], 0, 0.0, 0.805),  # 5 ms late is within the jitter tolerance
+        ([0.0, 1.0, 2.0], [0.5, 0.5, 0.5], 2, 1000.0, 2.5),  # play resumes at each arrival
+    ],
+)
+def test_playback_finds_stalls(
+    arrivals: list[float], durations: list[float], stalls: int, stall_ms: float, end: float
+) -> None:
+    play = playback(arrivals, durations)
+    assert play["stalls"] == stalls
+    assert play["stall_ms"] == pytest.approx(stall_ms, abs=0.5)
+    assert play["intervals"][-1][1] == pytest.approx(end)
+
+
+def test_stats_mean_median_p90() -> None:
+    s = stats([10.0, 20.0, 30.0, 40.0, 100.0])
+    assert (s.n, s.mean, s.median, s.min, s.max) == (5, 40.0, 30.0, 10.0, 100.0)
+    assert s.p90 == pytest.approx(76.0)  # linear interpolation between 40 and 100
+
+
+def test_corpus_and_prompts() -> None:
+    ends = [sum(r.count(m) for m in ".!?") for r in REPLIES]
+    assert len(REPLIES) == 8 and min(ends) >= 3 and max(ends) <= 8
+    prompts = agent_prompts()
+    assert len({pick_reply(p) for p in prompts}) == len(prompts) == 5
+
+
+def test_ttfb_streaming_beats_batch_on_fake(tmp_path: Path) -> None:
+    argv = ["--engines", "fake", "--reps", "1", "--corpus", "2", "--fake-rtf", "0.3", "--out", str(tmp_path)]
+    assert ttfb.main(argv) == 0
+    out = load(tmp_path / "ttfb.json")
+    assert {"anchor", "engines", "machine_start", "machine_end", "corpus"} <= out.keys()
+    assert out["anchor"]["batch_mean_ms"] == 329.3
+    fake = out["engines"]["fake"]
+    chans = fake["channels"]
+    assert set(chans) == {"batch", "ws", "sse"}
+    assert all(c["ttfb"]["n"] == 2 and c["ttfb"]["min"] > 0 for c in chans.values())
+    for ch in ("ws", "sse"):
+        assert chans[ch]["ttfb"]["mean"] < chans["batch"]["ttfb"]["mean"]
+        assert fake["improvement"][ch]["mean_pct"] < 0 and fake["improvement"][ch]["speedup_mean"] > 1
+        assert "runs_with_stalls" in chans[ch]
+    # batch's first byte comes after the whole reply is synthesized: rtf x audio at least
+    assert chans["batch"]["ttfb"]["min"] > 0.3 * 0.24 * 18 * 1000
+    lanes = fake["timeline"]["ws"]
+    assert lanes["synthesis_ms"] and lanes["received_ms"] and lanes["ttfb_ms"] > 0
+    for name in ("ttfb.png", "ttfb-timeline-fake.png"):
+        assert (tmp_path / name).read_bytes()[:8] == PNG
+
+
+def test_first_clause_sweep_on_fake(tmp_path: Path) -> None:
+    argv = ["--sweep", "--engines", "fake", "--reps", "1", "--corpus", "1", "--fake-rtf", "0.2",
+            "--clause-words", "1,4", "--out", str(tmp_path), "--no-plots"]
+    assert ttfb.main(argv) == 0
+    res = load(tmp_path / "ttfb-sweep.json")["engines"]["fake"]
+    assert set(res["channels"]) == {"off", "words=1", "words=4"}
+    first = {r["channel"]: r["first_segment"] for r in res["runs"]}
+    assert first == {"off": "Sure, I can help with that.", "words=1": "Sure,", "words=4": "Sure, I can help with that."}
+    # a one-word first segment is synthesized sooner; the fake engine makes that certain
+    assert res["channels"]["words=1"]["ttfb"]["mean"] < res["channels"]["off"]["ttfb"]["mean"]
+    assert res["best_for_ttfb"] == "words=1"
+
+
+def test_agent_streaming_beats_batch_with_the_same_agent(tmp_path: Path) -> None:
+    argv = ["--engine", "fake", "--reps", "1", "--prompts", "1", "--fake-rtf", "0.05", "--first-token-ms", "100",
+            "--tokens-per-s", "200", "--out", str(tmp_path)]
+    assert agent.main(argv) == 0
+    out = load(tmp_path / "agent.json")
+    assert out["agent"] == {"first_token_ms": 100.0, "tokens_per_s": 200.0}
+    sim = out["sources"]["simulated"]
+    assert set(sim["channels"]) == {"batch", "ws", "ws_tokens"}
+    batch = next(r for r in sim["runs"] if r["channel"] == "batch")
+    n_tokens = len(tokenize(batch["reply"]))
+    assert batch["reply_ms"] >= 100 + (n_tokens - 1) / 200 * 1000 - 5  # batch waited for the paced reply
+    for ch in ("ws", "ws_tokens"):
+        assert 100 < sim["channels"][ch]["ttfb"]["mean"] < sim["channels"]["batch"]["ttfb"]["mean"]
+        assert sim["improvement"][ch]["speedup_mean"] > 1
+    assert {"tokens_ms", "cuts_ms", "synthesis_ms"} <= out["timeline"]["ws (prompt)"].keys()
+    assert len(out["timeline"]["ws (prompt)"]["tokens_ms"]) > 10
+    assert (tmp_path / "agent-timeline.png").read_bytes()[:8] == PNG
+
+
+async def test_agent_with_an_openai_compatible_llm(tmp_path: Path) -> None:
+    """A loopback stand-in streams chat-completion chunks; the bench feeds them to the gateway."""
+    tokens = tokenize("Sure, I can check that. Your order ships today. It should arrive on Friday.")
+    seen: list[dict[str, Any]] = []
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        seen.append(await request.json())
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await asyncio.sleep(0.05)
+        for tok in tokens:
+            chunk = {"choices": [{"index": 0, "delta": {"content": tok}}]}
+            await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            await asyncio.sleep(0.005)
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        args = agent.parse_args(["--engine", "fake", "--reps", "1", "--prompts", "1", "--fake-rtf", "0.1",
+                                 "--llm-url", f"http://127.0.0.1:{port}/v1", "--llm-model", "tiny",
+                                 "--no-simulated", "--out", str(tmp_path), "--no-plots"])
+        out = await agent.bench(args)
+    finally:
+        await runner.cleanup()
+    res = out["sources"]["llm:tiny"]
+    assert set(res["channels"]) == {"batch", "ws_tokens"}
+    assert next(r["reply"] for r in res["runs"] if r["channel"] == "batch") == "".join(tokens)
+    assert seen[-1]["model"] == "tiny" and seen[-1]["stream"] is True
+    assert seen[-1]["messages"][-1]["role"] == "user"
+    assert 50 < res["channels"]["ws_tokens"]["ttfb"].mean < res["channels"]["batch"]["ttfb"].mean
+
+
+def test_overhead_parts_add_up_on_fake(tmp_path: Path) -> None:
+    assert overhead.main(["--engines", "fake", "--reps", "2", "--out", str(tmp_path), "--no-plots"]) == 0
+    res = load(tmp_path / "overhead.json")["engines"]["fake"]
+    assert set(res["overhead"]) == {"ws", "sse", "ws_split"}
+    assert res["channels"]["engine"]["ttfb"]["min"] > 0
+    for r in res["runs"]:
+        if r["channel"] != "engine":
+            # input + engine + output is the client's time to first audio, on one clock
+            assert r["input_ms"] + r["engine_ms"] + r["output_ms"] == pytest.approx(r["ttfb_ms"], abs=0.01)
+            assert min(r["input_ms"], r["engine_ms"], r["output_ms"]) > 0
+    for o in res["overhead"].values():
+        assert {"overhead_ms", "in_run_ms", "target_met"} <= o.keys()
+        assert 0 < o["in_run_ms"] < 1000 and abs(o["overhead_ms"]) < 1000
+
