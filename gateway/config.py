@@ -38,7 +38,7 @@ class Settings:
     # stream core
     lookahead: int = 2  # sentences synthesized ahead of the one being sent
     frames_per_payload: int = 8  # MP3 frames grouped per payload after the first one
-    first_clause_words: int = 4  # fast path: cut the first sentence at a clause mark (0 = off)
+    first_clause_words: int = 2  # fast path: cut the first sentence at a clause mark after N words (0 = off)
     max_segment_chars: int = 300  # longer sentences are split at clause boundaries
     synth_timeout_s: float = 30.0  # per segment
 

@@ -25,6 +25,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from gateway.config import Settings
 from gateway.audio.decode import decode_mp3
 from gateway.audio.mp3 import is_whole_frames
 from gateway.client import ws_stream
@@ -41,7 +42,7 @@ REPLY = "Sure, I can help with that. The train leaves at nine tonight. Does that
 
 
 def expected_seconds(text: str) -> float:
-    return sum(fake_duration_s(p) for p in split_text(text, first_clause_words=4))
+    return sum(fake_duration_s(p) for p in split_text(text, first_clause_words=Settings().first_clause_words))
 
 
 @dataclass
@@ -176,7 +177,7 @@ async def test_stream_takes_binary_control_frames_and_keeps_the_socket(container
             events, payloads = await read_reply(ws)
             kinds = [e["type"] for e in events]
             assert kinds[0] == "ready" and kinds[-1] == "done", events
-            assert [e["text"] for e in events if e["type"] == "sentence"] == split_text(REPLY, first_clause_words=4)
+            assert [e["text"] for e in events if e["type"] == "sentence"] == split_text(REPLY, first_clause_words=Settings().first_clause_words)
             assert payloads and all(is_whole_frames(p) for p in payloads)
             audio = b"".join(payloads)
             assert abs(len(decode_mp3(audio)) / 24000 - expected_seconds(REPLY)) < 0.1
@@ -256,7 +257,7 @@ async def test_gateway_streams_through_the_container(container: Container, start
     result = await ws_stream(http, server.ws_url, tokens=re.findall(r"\s*\S+", REPLY), options={"voice": "tone_b"})
     assert result.done is not None, result.events
     sentences = [s["text"] for s in result.of("sentence")]
-    assert sentences == split_text(REPLY, first_clause_words=4) and len(sentences) >= 3
+    assert sentences == split_text(REPLY, first_clause_words=Settings().first_clause_words) and len(sentences) >= 3
     assert all(is_whole_frames(p) for p in result.payloads)
     assert abs(len(decode_mp3(result.audio)) / 24000 - expected_seconds(REPLY)) < 0.1
     engine = server.engine

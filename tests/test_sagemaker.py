@@ -15,6 +15,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from gateway.config import Settings
 from gateway.audio.decode import decode_mp3
 from gateway.audio.mp3 import is_whole_frames
 from gateway.client import ws_stream
@@ -97,7 +98,7 @@ async def test_gateway_streams_speech_through_invoke_endpoint(stub: tuple[Stub, 
     assert body["engine"] == "sagemaker" and [v["id"] for v in body["voices"]] == list(VOICES)
     result = await ws_stream(http, server.ws_url, text=REPLY, options={"voice": "tone_b"})
     assert result.done is not None and result.error is None, result.events
-    segments = split_text(REPLY, first_clause_words=4)
+    segments = split_text(REPLY, first_clause_words=Settings().first_clause_words)
     assert [s["text"] for s in result.of("sentence")] == segments
     assert state.stats.invocations == len(segments)  # one InvokeEndpoint per segment
     assert all(is_whole_frames(p) for p in result.payloads)

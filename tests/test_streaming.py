@@ -8,6 +8,7 @@ import re
 import aiohttp
 import pytest
 
+from gateway.config import Settings
 from gateway.agent import pick_reply
 from gateway.audio.decode import decode_mp3
 from gateway.audio.mp3 import is_whole_frames, parse_header
@@ -27,7 +28,7 @@ def tokens_of(text: str) -> list[str]:
     return re.findall(r"\s*\S{1,5}", text)
 
 
-def expected_seconds(text: str, first_clause_words: int = 4) -> float:
+def expected_seconds(text: str, first_clause_words: int = Settings().first_clause_words) -> float:
     return sum(fake_duration_s(p) for p in split_text(text, first_clause_words=first_clause_words))
 
 
@@ -35,7 +36,7 @@ async def test_ws_token_by_token_gives_sentences_and_whole_frames(fake_server: S
     result = await ws_stream(http, fake_server.ws_url, tokens=tokens_of(REPLY))
     assert [t for _, t, _ in result.events][0] == "ready"
     sentences = [s["text"] for s in result.of("sentence")]
-    assert sentences == split_text(REPLY, first_clause_words=4)
+    assert sentences == split_text(REPLY, first_clause_words=Settings().first_clause_words)
     assert "Dr. Smith arrives at 3:30 p.m. on Friday." in sentences
     assert all(is_whole_frames(p) for p in result.payloads)
     assert len(result.payloads) > 3

@@ -21,6 +21,7 @@ from typing import Any, AsyncIterator, Iterator
 import aiohttp
 import pytest
 
+from gateway.config import Settings
 from gateway.audio.decode import decode_mp3
 from gateway.audio.mp3 import is_whole_frames
 from gateway.client import ws_stream
@@ -218,7 +219,7 @@ async def test_gateway_speaks_through_the_bidirectional_stream(service: tuple[St
     server = await start_server(fake_settings(engine="sagemaker", sagemaker_endpoint=ENDPOINT), stream_engine(url, certs))
     result = await ws_stream(http, server.ws_url, text=REPLY, options={"voice": "tone_b"})
     assert result.done is not None and result.error is None, result.events
-    segments = split_text(REPLY, first_clause_words=4)
+    segments = split_text(REPLY, first_clause_words=Settings().first_clause_words)
     assert [s["text"] for s in result.of("sentence")] == segments and stub.stats.streams == len(segments)
     assert all(is_whole_frames(p) for p in result.payloads)
     expected = sum(len(render(s, "tone_b")) for s in segments) / 2 / 24000
