@@ -97,12 +97,20 @@ class Utterance:
         encoder = make_encoder(o.format, sample_rate=sess.engine.sample_rate, bitrate=o.bitrate)
         packer = Packetizer(o.format, chunk_bytes=o.chunk_bytes, frames_per_payload=sess.settings.frames_per_payload)
         index = 0
+        head = sess.engine.sample_rate // 10 * 2  # 100 ms of s16 samples
         while (text := await self.segments.get()) is not _END:
             await self.slots.acquire()
             self.out.put_nowait(Event("sentence", {"index": index, "text": text, "t_ms": self.elapsed_ms()}))
             async for pcm in self._synthesize(str(text)):
                 self.stats["audio_samples"] += len(pcm) // 2
+                if self.ttfb_ms is None and len(pcm) > 2 * head:
+                    # first audio: encode and send its first 100 ms before encoding the rest
+                    # (a whole sentence takes 10-20 ms to encode: bench overhead, ws_split)
+                    self._emit_audio(packer.push(encoder.encode(pcm[:head])), index)
+                    await asyncio.sleep(0)  # the channel sends it now
+                    pcm = pcm[head:]
                 self._emit_audio(packer.push(encoder.encode(pcm)), index)
+                await asyncio.sleep(0)  # let the channel send before the next chunk or segment
             self.out.put_nowait(_SEGMENT_SENT)
             index += 1
         self._emit_audio(packer.push(encoder.flush()) + packer.flush(), max(0, index - 1))

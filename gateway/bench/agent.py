@@ -208,7 +208,9 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                            "agent": {"first_token_ms": args.first_token_ms, "tokens_per_s": args.tokens_per_s},
                            "machine_start": machine(), "sources": {}}
     started = time.perf_counter()
-    fields = {"voice": args.voice} if args.voice else {}
+    fields: dict[str, Any] = {"voice": args.voice} if args.voice else {}
+    if args.engine == "fake" and args.fake_speed != 1.0:
+        fields["speed"] = args.fake_speed
     async with aiohttp.ClientSession() as http, gateway(gateway_settings(args)) as t, RemoteClient.start() as client:
         for name, (source, prompts) in sources(http, args).items():
             probes = probes_for(t, source, fields, client if name == "simulated" else None)
@@ -258,6 +260,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--voice", default="")
     p.add_argument("--fake-rtf", type=float, default=0.35, help="with --engine fake (default: %(default)s)")
     p.add_argument("--fake-first-delay-ms", type=float, default=0.0)
+    p.add_argument("--fake-speed", type=float, default=1.0,
+                   help="with --engine fake: request speed (0.7 ~ the embedded voice's audio per word)")
     p.add_argument("--llm-url", help="OpenAI-compatible base URL or /chat/completions URL (off by default)")
     p.add_argument("--llm-model", default="", help="model name for --llm-url")
     p.add_argument("--llm-key", default="", help="API key for --llm-url (default: $LLM_API_KEY)")
