@@ -1,0 +1,138 @@
+"""Kokoro's vocoder in growing chunks: the first audio of a sentence in about a tenth of a second.
+
+A whole-model call renders the entire sentence before returning anything (about 0.4 s per
+second of audio on two cores). Here the encoder runs once per segment, then the vocoder runs
+on windows of a few frames: the generator computes ``context`` frames each side of the chunk,
+the cheap decoder front ``front_context`` more, and both are dropped; that is enough for the
+convolutions to agree with an unchunked run.
+
+Modes (all yield float32 mono audio at 24 kHz, the leading and trailing silence trimmed from
+the encoder's energy curve, so no compute goes into the silence the model pads with):
+
+* ``exact``: one call of the exact vocoder: the whole model's audio, no streaming.
+* ``frozen``: every chunk through the frozen vocoder (statistics calibrated per voice). The
+  chunks join exactly, but the voice's colour moves a little from the exact model's.
+* ``frozen-first``: frozen chunks only until the audio already produced covers the time the
+  exact vocoder needs for the rest of the sentence; then one exact call for the rest, joined
+  with a short cross-fade. Streams as early as ``frozen``; most of the sentence is exact.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from .names import CROP, ENERGY, F0, FEATURES, HARMONICS, PHASE_OFFSET
+
+SAMPLE_RATE = 24000
+FRAME = 600  # samples per feature frame (40 frames a second); F0 and energy have two per frame
+FRAME_S = FRAME / SAMPLE_RATE
+SOURCE_UPSAMPLE = 300  # samples per F0 frame in the harmonic source
+MODES = ("exact", "frozen", "frozen-first")
+VOICED_ENERGY = -1.0  # encoder energy above this is sound (it sits near -5..-10 in the padding)
+
+
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    """The encoder's output for one segment: what the vocoder needs besides style."""
+
+    features: np.ndarray  # [1, 512, T]
+    f0: np.ndarray  # [1, 2T], Hz
+    energy: np.ndarray  # [1, 2T]
+
+    @property
+    def frames(self) -> int:
+        return int(self.features.shape[2])
+
+    def window(self, start: int, stop: int) -> dict[str, np.ndarray]:
+        return {FEATURES: self.features[:, :, start:stop], F0: self.f0[:, 2 * start:2 * stop],
+                ENERGY: self.energy[:, 2 * start:2 * stop]}
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """How a sentence is cut: chunk sizes in frames, context, cross-fades, when to go exact."""
+
+    sizes: tuple[int, ...] = (6, 8, 12, 16, 24, 32, 48)  # chunk shapes; the first opens
+    adaptive: bool = True  # pick each next size by measured speed (else: in order, last repeats)
+    context: int = 4  # generator frames computed and dropped each side of a chunk
+    front_context: int = 12  # decoder-front frames beyond those (wider receptive field, cheap)
+    crossfade: int = 2  # frames over which frozen hands over to exact
+    join_fade: int = 240  # samples (10 ms) of cross-fade at every frozen join: no step there
+    lead: int = 1  # frames kept before the first voiced one
+    tail: int = 6  # frames kept after the last voiced one (150 ms: a pause between sentences)
+    min_chunk: int = 4  # a remainder shorter than this joins the chunk before it
+    margin: float = 1.25  # a chunk must be predicted to finish this many times over in time
+    max_first: int = 16  # the opening chunk's largest size, however loaded the machine
+    safety: float = 1.5  # the same for the exact rest of frozen-first (one long call)
+    exact_below: int = 0  # spans this short (frames) go exact in one call, even when streaming
+
+
+def phase_offset(f0: np.ndarray, start: int) -> np.ndarray:
+    """The harmonic source's accumulated phase before F0 frame ``start``, as the graph sums it.
+
+    Per F0 frame the source advances by frac(f0 * h / 24000) cycles per sample for harmonic h
+    (computed in float32, as in the graph). The sum is taken in float64 and reduced modulo one
+    cycle of the 300-sample frame, so a long sentence loses no precision.
+    """
+    harmonics = np.arange(1, HARMONICS + 1, dtype=np.float32)
+    rad = f0[0, :start, None].astype(np.float32) * harmonics / np.float32(SAMPLE_RATE)
+    rad = (rad - np.floor(rad)).astype(np.float64)
+    cycles = rad.sum(axis=0) * SOURCE_UPSAMPLE
+    return ((cycles % 1.0) / SOURCE_UPSAMPLE).astype(np.float32).reshape(1, 1, HARMONICS)
+
+
+def voiced_span(energy: np.ndarray, lead: int, tail: int) -> tuple[int, int]:
+    """Feature frames [start, stop) from ``lead`` before the first sound to ``tail`` after the last."""
+    frames = energy.shape[1] // 2
+    loud = np.flatnonzero(energy[0, : 2 * frames].reshape(frames, 2).max(axis=1) > VOICED_ENERGY)
+    if loud.size == 0:
+        return 0, 0
+    return max(0, int(loud[0]) - lead), min(frames, int(loud[-1]) + 1 + tail)
+
+
+def fade(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Raised-cosine cross-fade from ``a`` to ``b`` (same length)."""
+    w = 0.5 - 0.5 * np.cos(np.linspace(0.0, np.pi, len(a), dtype=np.float32))
+    return a * (1 - w) + b * w
+
+
+class ChunkRunner:
+    """Runs the frozen and exact vocoders on windows of one encoded segment."""
+
+    def __init__(self, frozen: Any, exact: Any, enc: Encoded, style: np.ndarray,
+                 stats: Mapping[str, np.ndarray], policy: Policy) -> None:
+        self.frozen, self.exact, self.enc = frozen, exact, enc
+        self.style, self.stats, self.policy = style, stats, policy
+
+    def run(self, start: int, stop: int, *, exact: bool, to_end: bool = False, lead: int = 0,
+            ) -> tuple[np.ndarray, int]:
+        """Audio for frames [start, stop), with ``lead`` samples before them (at most a frame),
+        and the generator window's length in frames.
+
+        The exact vocoder's front always sees the whole segment (its statistics are then the
+        whole model's). ``to_end`` extends the generator's window to the segment's end: exact
+        statistics that include the trailing silence, as the whole sentence's do, sound closer.
+        """
+        frames, ctx = self.enc.frames, self.policy.context
+        if lead > FRAME or (lead and start < 1):
+            raise ValueError("lead must fit in the frame before start")
+        lo = max(0, start - max(ctx, 1 if lead else 0))
+        hi = frames if to_end else min(frames, stop + ctx)
+        if exact:
+            front_lo, front_hi = 0, frames
+        else:
+            front_lo = max(0, lo - self.policy.front_context)
+            front_hi = min(frames, hi + self.policy.front_context)
+        feeds = self.enc.window(front_lo, front_hi)
+        feeds["style"] = self.style
+        feeds[CROP] = np.array([2 * (lo - front_lo), 2 * (hi - front_lo)], np.int64)
+        if exact:
+            audio = self.exact.run(["audio"], feeds)[0]
+        else:
+            feeds[PHASE_OFFSET] = phase_offset(self.enc.f0, 2 * lo)
+            feeds.update(self.stats)
+            audio = self.frozen.run(None, feeds)[0]
+        audio = np.asarray(audio, np.float32).reshape(-1)
+        return audio[(start - lo) * FRAME - lead:(stop - lo) * FRAME], hi - lo

