@@ -186,10 +186,7 @@ def test_phase_offset_continues_the_harmonic_source(model: Model) -> None:
 
 
 def with_policy(vocoder: StreamingVocoder, **changes: object) -> StreamingVocoder:
-    """The same sessions and statistics under another policy."""
-    policy = dataclasses.replace(vocoder.policy, **changes)  # type: ignore[arg-type]
-    return StreamingVocoder(vocoder._encoder, vocoder._exact, vocoder._frozen, vocoder._stats,
-                            vocoder.statistics, policy)
+    return vocoder.with_policy(dataclasses.replace(vocoder.policy, **changes))  # type: ignore[arg-type]
 
 
 def stream_frozen(vocoder: StreamingVocoder, enc: Encoded, style: np.ndarray, context: int,

@@ -13,6 +13,7 @@ assert.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import statistics
 import time
@@ -62,10 +63,11 @@ class Bench:
         tokens = [self.vocab[c] for c in phonemes if c in self.vocab]
         return tokens, self.voices[voice].reshape(-1, 256)[len(tokens) - 1].reshape(1, 256)
 
-    def render(self, tokens: list[int], style: np.ndarray, voice: str, mode: str) -> np.ndarray:
+    def chunks(self, tokens: list[int], style: np.ndarray, voice: str, mode: str,
+               ) -> list[np.ndarray]:
         frames = FROZEN_FIRST_FRAMES if mode == "frozen-first" else None
-        return np.concatenate(list(self.vocoder.synthesize_chunks(
-            tokens, style, 1.0, voice, mode=mode, frozen_frames=frames)))
+        return list(self.vocoder.synthesize_chunks(tokens, style, 1.0, voice, mode=mode,
+                                                   frozen_frames=frames))
 
     def floor(self, tokens: list[int], style: np.ndarray, voice: str, seed: int) -> np.ndarray:
         """The exact vocoder on features nudged by 0.1% noise: the model's own chaos."""
@@ -85,12 +87,10 @@ class Bench:
             joins = []
             for i, phonemes in enumerate(sentences):
                 tokens, style = self.inputs(phonemes, voice)
-                exact = self.render(tokens, style, voice, "exact")
+                exact = self.chunks(tokens, style, voice, "exact")[0]
                 rows.setdefault("floor", []).append(distance(exact, self.floor(tokens, style, voice, i)))
                 for mode in QUALITY_MODES:
-                    chunks = list(self.vocoder.synthesize_chunks(
-                        tokens, style, 1.0, voice, mode=mode,
-                        frozen_frames=FROZEN_FIRST_FRAMES if mode == "frozen-first" else None))
+                    chunks = self.chunks(tokens, style, voice, mode)
                     audio = np.concatenate(chunks)
                     rows.setdefault(mode, []).append(distance(exact, audio))
                     cuts = np.cumsum([len(c) for c in chunks])[:-1].tolist()
@@ -115,38 +115,43 @@ class Bench:
             print(f"WER (Whisper tiny.en) {mode:13s} {total.wer:6.1%} ({total.errors}/{total.words} words)")
 
     def latency(self, sentences: Sequence[str], voice: str, repeats: int) -> None:
+        fixed = self.vocoder.with_policy(dataclasses.replace(self.vocoder.policy, adaptive=False))
+        runs = {"exact": (self.vocoder, "exact"), "frozen": (self.vocoder, "frozen"),
+                "frozen-first": (self.vocoder, "frozen-first"),
+                "frozen, fixed sizes": (fixed, "frozen")}
         timings: dict[str, list[tuple[float, float, float]]] = {}
-        modes = ("exact", "frozen", "frozen-first")
         for _ in range(repeats):
             for phonemes in sentences:
                 tokens, style = self.inputs(phonemes, voice)
-                for mode in modes:  # interleaved: background load hits every mode alike
-                    timings.setdefault(mode, []).append(self._time(tokens, style, voice, mode))
-        for mode in modes:
-            first = [t[0] * 1000 for t in timings[mode]]
-            total = [t[1] * 1000 for t in timings[mode]]
-            stalls = [t[2] * 1000 for t in timings[mode]]
-            print(f"{mode:13s} first chunk median {statistics.median(first):5.0f} ms "
+                for label, (vocoder, mode) in runs.items():  # interleaved: load hits all alike
+                    timings.setdefault(label, []).append(_time(vocoder, tokens, style, voice, mode))
+        for label, rows in timings.items():
+            first = [t[0] * 1000 for t in rows]
+            total = [t[1] * 1000 for t in rows]
+            stalls = [t[2] * 1000 for t in rows]
+            print(f"{label:20s} first chunk median {statistics.median(first):5.0f} ms "
                   f"(min {min(first):4.0f}, max {max(first):4.0f}); whole segment median "
-                  f"{statistics.median(total):5.0f} ms; playback stalls after the first chunk: "
+                  f"{statistics.median(total):5.0f} ms; a real-time player then waits in "
                   f"{sum(s > 0 for s in stalls)}/{len(stalls)} segments, worst {max(stalls):4.0f} ms")
         ratio = statistics.median(t[1] / e[1] for t, e in zip(timings["frozen"], timings["exact"]))
         print(f"total compute, frozen / exact: {ratio:.2f} (median over segments)")
 
-    def _time(self, tokens: list[int], style: np.ndarray, voice: str, mode: str,
-              ) -> tuple[float, float, float]:
-        """Time to the first chunk, to the last, and the longest a real-time player starting
-        at the first chunk would have waited for a later one."""
-        t0 = time.perf_counter()
-        first, played, stall = None, 0.0, 0.0
-        for chunk in self.vocoder.synthesize_chunks(tokens, style, 1.0, voice, mode=mode):
-            now = time.perf_counter() - t0
-            if first is None:
-                first = now
-            else:
-                stall = max(stall, now - (first + played))
-            played += len(chunk) / 24000
-        return first or 0.0, time.perf_counter() - t0, stall
+
+def _time(vocoder: StreamingVocoder, tokens: list[int], style: np.ndarray, voice: str, mode: str,
+          ) -> tuple[float, float, float]:
+    """Time to the first chunk, to the last, and the longest a real-time player starting at
+    the first chunk would have waited for a later one."""
+    t0 = time.perf_counter()
+    first, played, stall = None, 0.0, 0.0
+    for chunk in vocoder.synthesize_chunks(tokens, style, 1.0, voice, mode=mode):
+        now = time.perf_counter() - t0
+        if first is None:
+            first = now
+        else:
+            stall = max(stall, now - (first + played))
+        played += len(chunk) / 24000
+    return first or 0.0, time.perf_counter() - t0, stall
+
 
 
 def _phonemize(texts: Sequence[str]) -> list[str]:

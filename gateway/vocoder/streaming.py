@@ -125,6 +125,13 @@ class StreamingVocoder:
             calibrate.save_cached(path, stats)
         return stats, elapsed, False
 
+    def with_policy(self, policy: Policy) -> "StreamingVocoder":
+        """The same sessions, statistics and measured costs under another policy."""
+        other = StreamingVocoder(self._encoder, self._exact, self._frozen, self._stats,
+                                 self.statistics, policy)
+        other.costs, other.report = self.costs, self.report
+        return other
+
     @property
     def voices(self) -> tuple[str, ...]:
         return tuple(self._stats)
@@ -197,7 +204,9 @@ class StreamingVocoder:
             end = min(stop, pos + size)
             if stop - end < p.min_chunk + p.crossfade:
                 end = stop
-            last = hand_over and end < stop and self._switch(pacer, pos, end, stop, start, frozen_frames)
+            rest_window = runner.enc.frames - max(0, end - p.crossfade - p.context)
+            last = hand_over and end < stop and self._switch(pacer, pos, end, start, rest_window,
+                                                             frozen_frames)
             t0 = time.perf_counter()
             audio, window = runner.run(pos, end, exact=False, lead=len(held))
             audio[: len(held)] = fade(held, audio[: len(held)])
@@ -212,9 +221,10 @@ class StreamingVocoder:
                 return
             pos, index = end, index + 1
 
-    def _switch(self, pacer: Pacer, pos: int, end: int, stop: int, start: int,
+    def _switch(self, pacer: Pacer, pos: int, end: int, start: int, rest_window: int,
                 frozen_frames: int | None) -> bool:
-        """Should [pos, end) be the last frozen chunk: will the exact rest then be in time?"""
+        """Should [pos, end) be the last frozen chunk: will the exact rest (a window of
+        ``rest_window`` frames, to the segment's end) then be ready in time?"""
         p = self.policy
         if frozen_frames is not None:
             return end - start >= frozen_frames
@@ -223,7 +233,7 @@ class StreamingVocoder:
         # audio in hand, beyond what has played, once this chunk is done (playback starts
         # with the first chunk)
         ahead = chunk_s if pacer.first is None else pacer.ahead_s() - done_in + chunk_s
-        return ahead >= p.safety * pacer.costs.predict(stop - end + p.crossfade + p.context)
+        return ahead >= p.safety * pacer.costs.predict(rest_window)
 
 
 def _check_mode(mode: str) -> None:
