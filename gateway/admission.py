@@ -12,18 +12,8 @@ import contextlib
 from collections import Counter
 from typing import AsyncIterator
 
-from .errors import GatewayError, Overloaded
+from .errors import Overloaded, ShuttingDown, TooManySessions
 from .metrics import Metrics
-
-
-class TooManySessions(GatewayError):
-    code = "too_many_sessions"
-    status = 429
-
-
-class ShuttingDown(GatewayError):
-    code = "shutting_down"
-    status = 503
 
 
 class Admission:

@@ -54,6 +54,16 @@ class Overloaded(GatewayError):
         self.retry_after = retry_after
 
 
+class TooManySessions(GatewayError):
+    code = "too_many_sessions"
+    status = 429
+
+
+class ShuttingDown(GatewayError):
+    code = "shutting_down"
+    status = 503
+
+
 class EngineError(GatewayError):
     code = "engine_error"
     status = 502
