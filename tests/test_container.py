@@ -48,6 +48,7 @@ def expected_seconds(text: str) -> float:
 @dataclass
 class Container:
     port: int
+    settings: tuple[str, ...] = ()  # --set NAME=VALUE for the container, e.g. ("fake_rtf=1.0",)
     proc: subprocess.Popen[bytes] | None = None
     log: IO[bytes] = field(default_factory=tempfile.TemporaryFile)  # stderr; a pipe could fill up
 
@@ -63,8 +64,9 @@ class Container:
         env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
         self.log.seek(0)
         self.log.truncate()
+        sets = [arg for item in self.settings for arg in ("--set", item)]
         self.proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "run_gateway.py"), "container", "--engine", "fake",
+            [sys.executable, str(ROOT / "run_gateway.py"), "container", "--engine", "fake", *sets,
              "--host", "127.0.0.1", "--port", str(self.port)],
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=self.log,
         )
@@ -97,21 +99,28 @@ class Container:
                 self.proc.wait(5)
 
 
+@contextlib.contextmanager
+def running_container(*settings: str) -> Iterator[Container]:
+    """A container subprocess on a free port (fake engine), stopped and cleaned up after."""
+    c = Container(free_port(), settings).start()
+    try:
+        yield c
+    finally:
+        c.stop()
+        c.log.close()
+
+
 @pytest.fixture(scope="module")
 def container() -> Iterator[Container]:
-    c = Container(free_port()).start()
-    yield c
-    c.stop()
-    c.log.close()
+    with running_container() as c:
+        yield c
 
 
 @pytest.fixture
 def own_container() -> Iterator[Container]:
     """A container this test may kill and restart."""
-    c = Container(free_port()).start()
-    yield c
-    c.stop()
-    c.log.close()
+    with running_container() as c:
+        yield c
 
 
 async def gateway_for(start_server, c: Container) -> Server:

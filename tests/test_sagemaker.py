@@ -27,7 +27,7 @@ from gateway.sagemaker_stub import Stub, make_invocations_app
 from gateway.segmenter import split_text
 
 from .conftest import fake_settings, free_port
-from .test_container import Container
+from .test_container import Container, running_container
 
 REPLY = "Sure, I can help with that. The train leaves at nine tonight."
 VOICES = ("tone_a", "tone_b", "tone_x")  # tone_x: a voice the gateway allows but the container lacks
@@ -48,10 +48,8 @@ def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFa
 
 @pytest.fixture(scope="module")
 def container() -> Iterator[Container]:
-    c = Container(free_port()).start()
-    yield c
-    c.stop()
-    c.log.close()
+    with running_container() as c:
+        yield c
 
 
 @pytest.fixture

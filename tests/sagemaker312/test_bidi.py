@@ -11,11 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import subprocess
-import sys
 import time
-import urllib.request
 from typing import Any, AsyncIterator, Iterator
 
 import aiohttp
@@ -32,7 +28,7 @@ from gateway.sagemaker_stub import Stub, TlsFiles, make_test_certs, serve_bidi
 from gateway.segmenter import split_text
 
 from ..conftest import fake_settings, free_port
-from ..test_container import ROOT, Container
+from ..test_container import Container, running_container
 from ..test_sagemaker import REPLY, VOICES, aws_env, collect  # noqa: F401  (aws_env: an autouse fixture)
 
 ENDPOINT = "kokoro-tts"
@@ -49,36 +45,15 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
 
 @pytest.fixture(scope="module")
 def container() -> Iterator[Container]:
-    c = Container(free_port()).start()
-    yield c
-    c.stop()
-    c.log.close()
+    with running_container() as c:
+        yield c
 
 
 @pytest.fixture
 def slow_container() -> Iterator[Container]:
     """A container speaking in real time (a reply lasts seconds), which a test may kill."""
-    c = SlowContainer(free_port()).start()
-    yield c
-    c.stop()
-    c.log.close()
-
-
-class SlowContainer(Container):
-    def start(self) -> "SlowContainer":
-        self.proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "run_gateway.py"), "container", "--engine", "fake", "--set", "fake_rtf=1.0",
-             "--host", "127.0.0.1", "--port", str(self.port)],
-            cwd=ROOT, env={k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")},
-            stdout=subprocess.DEVNULL, stderr=self.log)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            with contextlib.suppress(OSError), urllib.request.urlopen(self.url + "/ping", timeout=1) as resp:
-                if resp.status == 200:
-                    return self
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError("the slow container did not answer /ping")
+    with running_container("fake_rtf=1.0") as c:
+        yield c
 
 
 @contextlib.asynccontextmanager
