@@ -31,9 +31,9 @@ import aiohttp
 from ..agent import SimulatedAgent
 from ..client import StreamResult
 from ..config import Settings
-from .common import (RESULTS_DIR, Probe, RemoteClient, Target, bench_settings, gateway, machine, measure, plot_bars,
-                     plot_timeline, post_speech, quiet_logs, report, stall_cell, stream_run, summarize, table,
-                     timeline, write_json)
+from .common import (Probe, RESULTS_DIR, RemoteClient, Target, bench_settings, gateway, machine, measure,
+                     plot_timeline, post_speech, publish, quiet_logs, stall_cell, stream_run, summarize,
+                     table, timeline)
 from .corpus import agent_prompts
 
 ANCHOR = {"local_container_speedup": 2.4, "deployed_runtime_speedup": 3.5,
@@ -285,11 +285,6 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     quiet_logs()
     out = asyncio.run(bench(args))
-    write_json(args.out, "agent", out)
-    if not args.no_plots:
-        groups = {n: {c: e["ttfb"] for c, e in r["channels"].items()} for n, r in out["sources"].items()}
-        plot_bars(args.out / "agent.png", "agent: prompt to first audio", groups)
-    m0, m1 = out["machine_start"], out["machine_end"]
-    report(render(out) + f"\n{out['elapsed_s']} s; load average {m0['loadavg_1m']} -> {m1['loadavg_1m']} "
-           f"on {m0['cpus']} CPUs; results in {args.out}/agent.json")
+    publish(args.out, "agent", out, render(out),
+            plot_title=None if args.no_plots else "agent: prompt to first audio", groups_of="sources")
     return 0

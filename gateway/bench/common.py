@@ -408,6 +408,21 @@ def report(text: str) -> None:
     sys.stdout.flush()
 
 
+def publish(out_dir: Path, name: str, out: dict[str, Any], table_text: str, *,
+            plot_title: str | None, groups_of: str) -> None:
+    """Write ``name``.json, the ttfb bar plot of ``out[groups_of]`` (unless ``plot_title`` is
+    None), and print the table with the run's time and machine load under it."""
+    write_json(out_dir, name, out)
+    if plot_title is not None:
+        groups = {n: {c: e["ttfb"] for c, e in r["channels"].items()}
+                  for n, r in out[groups_of].items() if "channels" in r}
+        if groups:
+            plot_bars(out_dir / f"{name}.png", plot_title, groups)
+    m0, m1 = out["machine_start"], out["machine_end"]
+    report(table_text + f"\n{out['elapsed_s']} s; load average {m0['loadavg_1m']} -> {m1['loadavg_1m']} "
+           f"on {m0['cpus']} CPUs; results in {out_dir}/{name}.json")
+
+
 # -- timelines and plots -------------------------------------------------------------------
 
 

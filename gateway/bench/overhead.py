@@ -28,8 +28,8 @@ import aiohttp
 from ..engines import create_engine
 from ..engines.base import Engine
 from ..segmenter import split_text
-from .common import (RESULTS_DIR, Probe, RemoteClient, Target, bench_settings, gateway, machine, measure, plot_bars,
-                     quiet_logs, report, summarize, table, write_json)
+from .common import (Probe, RESULTS_DIR, RemoteClient, Target, bench_settings, gateway, machine, measure,
+                     publish, quiet_logs, summarize, table)
 
 SENTENCES = (
     "Your table is booked for seven.",
@@ -198,11 +198,6 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     quiet_logs()
     out = asyncio.run(bench(args))
-    write_json(args.out, "overhead", out)
-    if not args.no_plots:
-        groups = {n: {c: e["ttfb"] for c, e in r["channels"].items()} for n, r in out["engines"].items()}
-        plot_bars(args.out / "overhead.png", "engine alone vs first audio byte on each channel", groups)
-    m0, m1 = out["machine_start"], out["machine_end"]
-    report(render(out) + f"\n{out['elapsed_s']} s; load average {m0['loadavg_1m']} -> {m1['loadavg_1m']} "
-           f"on {m0['cpus']} CPUs; results in {args.out}/overhead.json")
+    publish(args.out, "overhead", out, render(out), groups_of="engines",
+            plot_title=None if args.no_plots else "engine alone vs first audio byte on each channel")
     return 0

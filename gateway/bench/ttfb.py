@@ -30,9 +30,9 @@ import numpy as np
 
 from ..engines.fake import GAP_S, WORD_S
 from ..segmenter import split_text
-from .common import (RESULTS_DIR, Probe, RemoteClient, Target, bench_settings, free_port, gateway, machine,
-                     measure, plot_bars, plot_timeline, post_speech, quiet_logs, report, stall_cell, stream_run,
-                     subprocess_server, summarize, table, timeline, write_json)
+from .common import (Probe, RESULTS_DIR, RemoteClient, Target, bench_settings, free_port, gateway, machine,
+                     measure, plot_timeline, post_speech, publish, quiet_logs, stall_cell, stream_run,
+                     subprocess_server, summarize, table, timeline)
 from .corpus import corpus
 
 ANCHOR = {"batch_mean_ms": 329.3, "stream_mean_ms": 156.7, "improvement_pct": -52.4,
@@ -291,15 +291,7 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     quiet_logs()
     out = asyncio.run(bench(args))
-    name = out["bench"]
-    write_json(args.out, name, out)
-    if not args.no_plots:
-        groups = {n: {c: e["ttfb"] for c, e in r["channels"].items()}
-                  for n, r in out["engines"].items() if "channels" in r}
-        if groups:
-            title = "time to first audio" + (": first-clause sweep" if args.sweep else "")
-            plot_bars(args.out / f"{name}.png", title, groups)
-    m0, m1 = out["machine_start"], out["machine_end"]
-    report(render(out, args.sweep) + f"\n{out['elapsed_s']} s; load average {m0['loadavg_1m']} -> {m1['loadavg_1m']} "
-           f"on {m0['cpus']} CPUs; results in {args.out}/{name}.json")
+    title = "time to first audio" + (": first-clause sweep" if args.sweep else "")
+    publish(args.out, out["bench"], out, render(out, args.sweep),
+            plot_title=None if args.no_plots else title, groups_of="engines")
     return 0
