@@ -10,8 +10,9 @@ The gateway's engine is wrapped to note, on the same clock as the client, when t
 calls it and when its first audio comes back, which splits the client's time into input
 (request -> engine called), engine, and output (first audio -> first byte at the client:
 encoding, packetizing, queueing, sending). A second WebSocket gateway on the same engine
-hands the encoder the first ``--split-ms`` of the first chunk on its own (a prototype of a core
-change that starts sending before a long first segment is fully encoded).
+hands the encoder the first ``--split-ms`` of the first chunk on its own. That was the prototype
+of a core change the stream core has made since (commit a2accbb: the first 100 ms of a reply is
+encoded and sent first), so ``ws`` and ``ws_split`` should now agree; the row checks that.
 """
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ TARGET_MS = 5.0
 class TimedEngine:
     """Delegates to ``inner``; notes when each call starts and when its first audio returns.
 
-    With ``split_ms`` it is also the prototype of a core change: the first ``split_ms`` of a
+    With ``split_ms`` it replays the core's own first-chunk split (a2accbb) here: the first ``split_ms`` of a
     call's first chunk is handed over on its own, and the event loop gets a turn before the
     rest and before each call starts, so the channel can send the first payload before the
     core encodes the rest of the segment or starts the next one (the core runs from one
@@ -162,9 +163,9 @@ def render(out: dict[str, Any]) -> str:
     return "\n".join([
         table(headers, rows),
         "medians, ms. difference = first audio on the wire - engine alone; in-run = input + output of the same run "
-        "(request -> engine called, engine's first audio -> first byte at the client); ws_split = prototype: the "
+        "(request -> engine called, engine's first audio -> first byte at the client); ws_split = the engine's "
         "first chunk's first 100 ms encoded and sent on its own, with a loop turn after it and before each "
-        "segment (the proposed core change)"])
+        "segment (the core does the same since a2accbb, so ws and ws_split should agree)"])
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
