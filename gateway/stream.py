@@ -22,7 +22,7 @@ from .agent import SimulatedAgent
 from .audio.encoders import make_encoder
 from .config import Settings
 from .engines.base import Engine
-from .errors import BadRequest, EngineError, EngineTimeout, GatewayError
+from .errors import BadRequest, EngineTimeout, GatewayError
 from .metrics import Metrics
 from .options import StreamOptions
 from .payloads import Packetizer
@@ -233,11 +233,10 @@ class StreamSession:
         if self.agent is None:
             raise BadRequest("this gateway has no agent source configured", code="no_agent")
         u = self._open()
-        u.tasks.append(asyncio.create_task(self._run_agent(u, prompt)))
+        u.tasks.append(asyncio.create_task(self._run_agent(u, self.agent, prompt)))
 
-    async def _run_agent(self, u: Utterance, prompt: str) -> None:
-        assert self.agent is not None
-        async for token in self.agent.stream(prompt):
+    async def _run_agent(self, u: Utterance, agent: SimulatedAgent, prompt: str) -> None:
+        async for token in agent.stream(prompt):
             u.out.put_nowait(Event("text", {"delta": token, "t_ms": u.elapsed_ms()}))
             u.add_segments(u.segmenter.feed(token))
         if not u.ended:
