@@ -20,8 +20,11 @@ async def synthesize_pcm(engine: Engine, options: StreamOptions, settings: Setti
     """All segments of ``options.text`` in order, as one s16le PCM buffer."""
     pcm = bytearray()
     timeout = settings.synth_timeout_s
+    # nobody hears anything before the end: streaming inside a segment would only add compute
+    vocoder = options.vocoder or ("exact" if engine.vocoder_modes else None)
     for segment in split_text(options.text, max_chars=settings.max_segment_chars):
-        async with contextlib.aclosing(engine.synthesize(segment, voice=options.voice, speed=options.speed)) as chunks:
+        synth = engine.synthesize(segment, voice=options.voice, speed=options.speed, vocoder=vocoder)
+        async with contextlib.aclosing(synth) as chunks:
             while True:
                 try:
                     async with asyncio.timeout(timeout):  # not wait_for: it can swallow a cancel

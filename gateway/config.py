@@ -46,6 +46,10 @@ class Settings:
     embedded_threads: int = 2  # intra-op threads per inference
     embedded_workers: int = 1  # concurrent inferences (1 gives the lowest latency)
     embedded_g2p: str = "misaki"  # misaki (spaCy POS + espeak fallback) or espeak
+    # the vocoder inside a segment: frozen-first (stream the start of a segment the listener
+    # waits for, exact model for the rest), frozen, exact (whole segments), off (don't build it)
+    embedded_vocoder: str = "frozen-first"
+    embedded_vocoder_cache: str = ""  # per-voice statistics cache; empty: ~/.cache/kokoro-gateway
 
     # fake engine (tests and capacity runs only)
     fake_rtf: float = 0.0  # seconds of compute per second of audio; 0 = instant

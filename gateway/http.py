@@ -21,6 +21,8 @@ async def readyz(request: web.Request) -> web.Response:
     body = {"ready": gw.ready.is_set() and not gw.load_error, "engine": gw.engine.name}
     if gw.load_error:
         body["error"] = gw.load_error
+    if (vocoder := getattr(gw.engine, "vocoder_status", None)) is not None:
+        body["vocoder"] = vocoder  # streaming inside a segment: builds after readiness
     return web.json_response(body, status=200 if body["ready"] else 503)
 
 

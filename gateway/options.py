@@ -30,6 +30,7 @@ class StreamOptions:
     text: str = ""
     prompt: str = ""
     first_clause: bool = True  # the first-clause fast path (the bench turns it off to compare)
+    vocoder: str = ""  # streaming inside a segment (embedded engine); empty: the engine's setting
 
     @property
     def chunking(self) -> str:
@@ -107,7 +108,17 @@ def parse_options(raw: Mapping[str, Any], settings: Settings, engine: Engine) ->
     envelope = str(raw.get("envelope") or "json").lower()
     if envelope not in ENVELOPES:
         raise BadRequest(f"envelope must be one of {', '.join(ENVELOPES)}, got {envelope!r}", code="invalid_option")
+    vocoder = str(raw.get("vocoder") or "").lower()
+    if vocoder:
+        modes = getattr(engine, "vocoder_modes", ())
+        if not modes:
+            raise BadRequest(
+                f"vocoder: the {engine.name} engine cannot stream inside a sentence "
+                "(only the embedded engine with embedded_vocoder on can)", code="invalid_option")
+        if vocoder not in modes:
+            raise BadRequest(f"vocoder must be one of {', '.join(modes)}, got {vocoder!r}", code="invalid_option")
     return StreamOptions(
+        vocoder=vocoder,
         voice=voice,
         speed=speed,
         format=fmt,

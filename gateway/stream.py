@@ -62,6 +62,7 @@ class Utterance:
         self.t_input: float | None = None  # first input of this utterance
         self.stats = {"sentences": 0, "audio_samples": 0, "audio_bytes": 0, "payloads": 0}
         self.ttfb_ms: float | None = None
+        self.t_first_audio: float | None = None  # perf_counter of the first audio payload
         self.first_segment_ms: float | None = None
         self.tasks: list[asyncio.Task[None]] = [asyncio.create_task(self._produce())]
 
@@ -125,7 +126,9 @@ class Utterance:
         if m:
             m.inflight.inc()
         try:
-            async with contextlib.aclosing(sess.engine.synthesize(text, voice=o.voice, speed=o.speed)) as chunks:
+            synth = sess.engine.synthesize(text, voice=o.voice, speed=o.speed, vocoder=o.vocoder or None,
+                                           buffered_s=self.buffered_s())
+            async with contextlib.aclosing(synth) as chunks:
                 while True:
                     try:
                         # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel
@@ -143,10 +146,19 @@ class Utterance:
                 m.segments.inc()
                 m.synth_seconds.observe(time.perf_counter() - started)
 
+    def buffered_s(self) -> float:
+        """Audio made for the listener that they have not heard yet (0 before the first):
+        a player that starts at the first payload and plays in real time."""
+        if self.t_first_audio is None:
+            return 0.0
+        made = self.stats["audio_samples"] / self.session.engine.sample_rate
+        return max(0.0, made - (time.perf_counter() - self.t_first_audio))
+
     def _emit_audio(self, payloads: list[bytes], sentence: int) -> None:
         for payload in payloads:
             if self.ttfb_ms is None:
                 self.ttfb_ms = self.elapsed_ms()
+                self.t_first_audio = time.perf_counter()
             self.out.put_nowait(
                 Event("audio", {"seq": self.stats["payloads"], "sentence": sentence, "t_ms": self.elapsed_ms()}, payload)
             )
@@ -204,7 +216,14 @@ class StreamSession:
             "speed": o.speed,
             "chunking": o.chunking,
             "engine": self.engine.name,
+            "vocoder": o.vocoder or self.default_vocoder(),
         }
+
+    def default_vocoder(self) -> str | None:
+        """The engine's vocoder mode when the request names none (None: the engine has none)."""
+        if not getattr(self.engine, "vocoder_modes", ()):
+            return None
+        return self.settings.embedded_vocoder
 
     # -- input --------------------------------------------------------------------------
     def _open(self) -> Utterance:

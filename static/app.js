@@ -38,6 +38,7 @@ function options() {
     speed: $('#speed').value,
     format,
     chunking: naive ? `bytes:${Math.max(1, Number($('#naive-bytes').value) || 1000)}` : 'frames',
+    vocoder: $('#vocoder-label').hidden ? '' : $('#vocoder').value,
   };
 }
 
@@ -187,6 +188,13 @@ async function loadVoices() {
   } catch (err) {
     $('#notice').textContent = `Could not load voices: ${err}`;
   }
+  try { // the vocoder choice only where the engine streams inside a sentence
+    const vocoder = (await (await fetch('/readyz')).json()).vocoder;
+    if (vocoder && vocoder.mode !== 'off') {
+      $('#vocoder-label').hidden = false;
+      $('#vocoder option[value=""]').textContent = `server default (${vocoder.mode})`;
+    }
+  } catch { /* readiness is shown elsewhere */ }
 }
 
 function wire() {

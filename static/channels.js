@@ -22,6 +22,7 @@ export class SseChannel {
 
   async start(opts) {
     const q = new URLSearchParams({ voice: opts.voice, speed: opts.speed, format: opts.format, chunking: opts.chunking });
+    if (opts.vocoder) q.set('vocoder', opts.vocoder);
     q.set(opts.prompt ? 'prompt' : 'text', opts.prompt || opts.text);
     let resp;
     try {
@@ -94,7 +95,7 @@ export class WsChannel {
     else if (prev && prev.ws && prev.ws.readyState === WebSocket.OPEN) prev.ws.close(1000);
   }
 
-  key(opts) { return JSON.stringify([opts.voice, opts.speed, opts.format, opts.chunking]); }
+  key(opts) { return JSON.stringify([opts.voice, opts.speed, opts.format, opts.chunking, opts.vocoder]); }
 
   async start(opts) {
     if (!this.ws || this.ws.readyState !== WebSocket.OPEN) {
@@ -107,7 +108,9 @@ export class WsChannel {
         this.ws.onerror = () => reject(new Error('WebSocket connection failed'));
       }).catch((err) => this.run.error({ code: 'network', message: err.message }));
       if (this.ws.readyState !== WebSocket.OPEN) return;
-      this.send({ type: 'start', voice: opts.voice, speed: Number(opts.speed), format: opts.format, chunking: opts.chunking, envelope: 'json' });
+      const start = { type: 'start', voice: opts.voice, speed: Number(opts.speed), format: opts.format, chunking: opts.chunking, envelope: 'json' };
+      if (opts.vocoder) start.vocoder = opts.vocoder;
+      this.send(start);
     } else {
       this.run.stats.reused = true; // barge-in left the socket open: the next reply goes on it
     }

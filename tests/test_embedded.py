@@ -37,7 +37,9 @@ LONG = " ".join([
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def engine() -> AsyncIterator[EmbeddedEngine]:
-    eng = EmbeddedEngine(Settings())
+    # the whole-model path (one call per piece); streaming inside a segment has its own tests
+    # in test_embedded_streaming.py
+    eng = EmbeddedEngine(Settings(embedded_vocoder="off"))
     await eng.start()
     yield eng
     await eng.aclose()
@@ -106,6 +108,17 @@ def test_bad_settings_are_config_errors() -> None:
         EmbeddedEngine(Settings(default_voice="tone_a"))
     with pytest.raises(ValueError, match="embedded_g2p"):
         EmbeddedEngine(Settings(embedded_g2p="festival"))
+    with pytest.raises(ValueError, match="embedded_vocoder"):
+        EmbeddedEngine(Settings(embedded_vocoder="fast"))
+
+
+def test_vocoder_off_offers_no_modes_and_says_so() -> None:
+    off = EmbeddedEngine(Settings(embedded_vocoder="off"))
+    assert off.vocoder_modes == () and off.vocoder_status["state"] == "off"
+    on = EmbeddedEngine(Settings())
+    assert on.vocoder_modes == ("exact", "frozen", "frozen-first")
+    assert on.vocoder_status == {"mode": "frozen-first", "state": "waiting for start", "build_s": None,
+                                 "voices": []}
 
 
 @pytest.mark.slow

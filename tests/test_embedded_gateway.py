@@ -33,6 +33,8 @@ async def url() -> AsyncIterator[str]:
     await web.TCPSite(runner, "127.0.0.1", port).start()
     await app[GATEWAY].ready.wait()
     assert not app[GATEWAY].load_error
+    # streaming inside a segment is built after readiness; these tests use it
+    assert await app[GATEWAY].engine.wait_vocoder()  # type: ignore[attr-defined]
     yield f"http://127.0.0.1:{port}"
     await runner.cleanup()
 
@@ -82,3 +84,31 @@ async def test_sse_carries_the_same_speech(url: str) -> None:
     assert_speech(decode_mp3(result.audio), len(REPLY.split()))
     overhead = result.done["wire_bytes"] / result.done["audio_bytes"] - 1
     assert 0.33 < overhead < 0.45
+
+
+@pytest.mark.parametrize("mode", ["frozen-first", "exact"])
+async def test_vocoder_modes_stream_whole_frames_of_the_expected_length(url: str, mode: str) -> None:
+    async with aiohttp.ClientSession() as http:
+        async with http.get(url + "/readyz") as r:
+            vocoder = (await r.json())["vocoder"]
+        assert vocoder["mode"] == "frozen-first" and vocoder["state"] == "ready"
+        result = await ws_stream(http, url.replace("http", "ws") + "/v1/stream/ws", text=REPLY,
+                                 options={"vocoder": mode}, timeout=180)
+    assert result.done, result.events[-3:]
+    assert result.of("ready")[0]["vocoder"] == mode
+    assert all(is_whole_frames(p) for p in result.payloads)
+    samples = decode_mp3(result.audio)
+    assert 0 <= len(samples) / RATE - result.done["audio_ms"] / 1000 < 0.1
+    assert_speech(samples, len(REPLY.split()))
+
+
+async def test_a_bad_vocoder_mode_is_refused_on_every_channel(url: str) -> None:
+    async with aiohttp.ClientSession() as http:
+        async with http.post(url + "/v1/audio/speech", json={"input": "Hi.", "vocoder": "fast"}) as r:
+            assert r.status == 400
+            assert (await r.json())["error"]["code"] == "invalid_option"
+        sse = await sse_stream(http, url + "/v1/stream/sse", text="Hi.", vocoder="fast")
+        assert sse.error is not None and "vocoder" in sse.error["message"]
+        ws = await ws_stream(http, url.replace("http", "ws") + "/v1/stream/ws", text="Hi.",
+                             options={"vocoder": "fast"})
+        assert ws.error is not None and ws.error["code"] == "invalid_option" and ws.close_code is not None

@@ -61,6 +61,8 @@ BAD_BATCH = [
     ({"input": "Hi.", "speed": 2.5}, 400, "invalid_speed"),
     ({"input": "Hi.", "speed": "fast"}, 400, "invalid_option"),
     ({"input": 42}, 400, "empty_input"),
+    # the fake engine cannot stream inside a sentence: asking it to is an error, not ignored
+    ({"input": "Hi.", "vocoder": "frozen-first"}, 400, "invalid_option"),
 ]
 
 

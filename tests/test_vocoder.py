@@ -75,16 +75,31 @@ def test_cache_round_trip_and_incomplete_files(tmp_path: Path) -> None:
     from gateway.vocoder.names import Statistic
 
     stats = (Statistic("norm.000.mean", "mean", ""),)
-    data = {"a": {"norm.000.mean": np.ones((1, 2, 1), np.float32)}}
-    path = calibrate.cache_path(tmp_path, b"model")
-    assert calibrate.load_cached(path, ["a"], stats) is None  # no file yet
+    data = {"norm.000.mean": np.ones((1, 2, 1), np.float32)}
+    digest = calibrate.model_digest(b"model")
+    path = calibrate.cache_path(tmp_path, digest, "a")
+    assert calibrate.load_cached(path, stats) is None  # no file yet
     calibrate.save_cached(path, data)
-    loaded = calibrate.load_cached(path, ["a"], stats)
-    assert loaded is not None and np.array_equal(loaded["a"]["norm.000.mean"], data["a"]["norm.000.mean"])
-    assert calibrate.load_cached(path, ["a", "b"], stats) is None  # a voice missing: recalibrate
-    assert calibrate.cache_path(tmp_path, b"other") != path  # keyed by the model's hash
+    loaded = calibrate.load_cached(path, stats)
+    assert loaded is not None and np.array_equal(loaded["norm.000.mean"], data["norm.000.mean"])
+    more = (*stats, Statistic("norm.001.mean", "mean", ""))
+    assert calibrate.load_cached(path, more) is None  # a statistic missing: recalibrate
+    assert calibrate.cache_path(tmp_path, calibrate.model_digest(b"other"), "a") != path  # model
+    assert calibrate.cache_path(tmp_path, digest, "b") != path  # one file per voice
     path.write_bytes(b"not a zip")
-    assert calibrate.load_cached(path, ["a"], stats) is None
+    assert calibrate.load_cached(path, stats) is None
+
+
+def test_align_finds_the_shift_between_two_trims() -> None:
+    from gateway.vocoder.measure import align
+
+    rng = np.random.default_rng(2)
+    ref = rng.standard_normal(30000).astype(np.float32)
+    late = np.concatenate([np.zeros(300, np.float32), ref])  # starts 300 samples late
+    early = ref[250:]  # starts 250 samples early
+    assert np.array_equal(align(ref, late)[:1000], ref[:1000])
+    shifted = align(ref, early)
+    assert len(shifted) == len(ref) and np.array_equal(shifted[250:1250], ref[250:1250])
 
 
 def test_join_ratio_sees_a_step() -> None:
@@ -254,7 +269,17 @@ def test_statistics_come_from_the_cache_the_second_time(model: Model, vocoder: S
     assert again.report is not None and again.report.cached and again.report.calibrate_s == 0
     for name, value in first._stats[VOICE].items():
         assert np.array_equal(value, again._stats[VOICE][name])
-    assert list(tmp_path.iterdir()) == [calibrate.cache_path(tmp_path, blob, CALIBRATION[:1])]
+    digest = calibrate.model_digest(blob)
+    assert list(tmp_path.iterdir()) == [calibrate.cache_path(tmp_path, digest, VOICE, CALIBRATION[:1])]
+    # a voice added later is calibrated then, into its own file, and read back from it after
+    other = "jf_alpha"
+    assert other not in again.voices
+    assert again.add_voice(other, packs[other]) > 0 and other in again.voices
+    assert again.add_voice(other, packs[other]) == 0.0  # known already
+    third = StreamingVocoder.build(blob, {other: packs[other]}, vocab=vocab,
+                                   calibration=CALIBRATION[:1], cache_dir=tmp_path)
+    assert third.report is not None and third.report.cached
+    assert calibrate.cache_path(tmp_path, digest, other, CALIBRATION[:1]).exists()
 
 
 @pytest.mark.slow

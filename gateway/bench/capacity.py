@@ -218,7 +218,8 @@ class PacedFakeEngine(FakeEngine):
             self._rendered[key] = super().render(text, voice, speed)
         return self._rendered[key]
 
-    async def synthesize(self, text: str, *, voice: str, speed: float) -> AsyncIterator[bytes]:
+    async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
+                         buffered_s: float = 0.0) -> AsyncIterator[bytes]:
         rtf = self.settings.fake_rtf
         if not rtf:
             async for chunk in super().synthesize(text, voice=voice, speed=speed):

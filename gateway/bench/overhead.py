@@ -60,12 +60,14 @@ class TimedEngine:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    async def synthesize(self, text: str, *, voice: str, speed: float) -> AsyncIterator[bytes]:
+    async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
+                         buffered_s: float = 0.0) -> AsyncIterator[bytes]:
         if self.split_bytes:
             await asyncio.sleep(0)  # let the channel send what the last segment emitted
         call = {"t_call": time.perf_counter(), "t_first": None, "first_samples": 0}
         self.calls.append(call)
-        async with contextlib.aclosing(self.inner.synthesize(text, voice=voice, speed=speed)) as chunks:
+        inner = self.inner.synthesize(text, voice=voice, speed=speed, vocoder=vocoder, buffered_s=buffered_s)
+        async with contextlib.aclosing(inner) as chunks:
             async for pcm in chunks:
                 if call["t_first"] is None:
                     call.update(t_first=time.perf_counter(), first_samples=len(pcm) // 2)

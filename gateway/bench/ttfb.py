@@ -6,7 +6,10 @@ interleaved (batch, ws, sse, batch, ws, ...) after a warm-up that is not counted
 
 * batch: ``POST /v1/audio/speech`` with the whole reply; time to the first body byte;
 * ws: the WebSocket channel, the reply as one ``text`` message; time to the first audio frame;
-* sse: the SSE channel (POST); time to the first ``audio`` event.
+* sse: the SSE channel (POST); time to the first ``audio`` event;
+* ws-vocoder (engines that stream inside a segment, i.e. the embedded one): the WebSocket
+  with ``vocoder=frozen-first``, the first segment's audio in vocoder chunks. ws and sse are
+  then pinned to ``vocoder=exact``: whole segments, the per-sentence baseline.
 
 Engines: ``embedded``; ``fake`` calibrated to the embedded engine measured in the same run
 (its compute per audio second, per-call delay, audio per word and whole-segment chunks; or
@@ -76,7 +79,8 @@ async def calibrate(t: Target, texts: list[str], voice: str = "") -> dict[str, A
     points = []
     for seg in segments:
         t0, samples = time.perf_counter(), 0
-        async for pcm in engine.synthesize(seg, voice=voice or engine.default_voice, speed=1.0):
+        exact = "exact" if engine.vocoder_modes else None  # the fake simulates whole segments
+        async for pcm in engine.synthesize(seg, voice=voice or engine.default_voice, speed=1.0, vocoder=exact):
             samples += len(pcm) // 2
         points.append((time.perf_counter() - t0, samples / engine.sample_rate, len(seg.split())))
     compute, audio, words = (np.array(c, float) for c in zip(*points))
@@ -164,10 +168,30 @@ async def run_engines(http: aiohttp.ClientSession, client: RemoteClient, args: a
             out["engines"][name] = await run_target(http, client, t, fields, texts, args, note)
 
 
+async def vocoder_ready(http: aiohttp.ClientSession, t: Target, wait_s: float = 600.0) -> bool:
+    """Whether the gateway streams inside a segment, once its background build is done
+    (first start on a machine: the default voice's calibration, about 10-30 s)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        async with http.get(t.url + "/readyz") as resp:
+            state = ((await resp.json()).get("vocoder") or {}).get("state", "off")
+        if state == "ready":
+            return True
+        if state == "off" or state.startswith("failed") or time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.5)
+
+
 async def run_target(http: aiohttp.ClientSession, client: RemoteClient, t: Target, fields: dict[str, Any],
                      texts: list[str], args: argparse.Namespace, note: str = "") -> dict[str, Any]:
-    probes = {"batch": batch_probe(t, fields), "ws": stream_probe(t, "ws", fields, client),
-              "sse": stream_probe(t, "sse", fields, client)}
+    # an engine that streams inside a segment: per-sentence channels pinned to the exact
+    # vocoder, plus the WebSocket with the chunked one (frozen-first), side by side
+    chunked = not args.no_vocoder and await vocoder_ready(http, t)
+    per_sentence = {**fields, "vocoder": "exact"} if chunked else fields
+    probes = {"batch": batch_probe(t, fields), "ws": stream_probe(t, "ws", per_sentence, client),
+              "sse": stream_probe(t, "sse", per_sentence, client)}
+    if chunked:
+        probes["ws-vocoder"] = stream_probe(t, "ws", {**fields, "vocoder": "frozen-first"}, client)
     result = summarize(await measure(http, probes, texts, args.reps, WARMUP, t.name))
     result.update(note=note, request=fields)
     if not args.no_plots and t.engine is not None:
@@ -232,6 +256,12 @@ def render(out: dict[str, Any], sweep: bool) -> str:
         ratio = emb["improvement"]["ws"]["ratio_mean"]
         verdict = "met" if ratio <= 0.25 else "NOT met"
         lines.append(f"goal (embedded, ws mean <= 1/4 of batch mean): ratio {ratio:.3f} -> {verdict}")
+        if "ws-vocoder" in emb["channels"]:
+            med = emb["channels"]["ws-vocoder"]["ttfb"].median
+            ws_med = emb["channels"]["ws"]["ttfb"].median
+            lines.append(f"goal (embedded, ws-vocoder median <= 200 ms): {med:.0f} ms -> "
+                         f"{'met' if med <= 200 else 'NOT met'}; {ws_med / med:.2f}x faster than "
+                         f"per-sentence ws ({ws_med:.0f} ms), same run")
     if "calibration" in out:
         c = out["calibration"]
         lines.append(f"embedded measured: RTF {c['rtf']} (fit {c['fit_rtf']} + {c['fit_delay_ms']} ms per call), "
@@ -259,6 +289,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="first_clause_words values for --sweep (default: %(default)s)")
     p.add_argument("--out", type=Path, default=RESULTS_DIR, help="output folder (default: %(default)s)")
     p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--no-vocoder", action="store_true",
+                   help="skip the ws-vocoder row (streaming inside a segment) on engines that offer it")
     args = p.parse_args(argv)
     args.engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     args.clause_words = [int(w) for w in args.clause_words.split(",") if w.strip()]

@@ -36,6 +36,8 @@ class Engine(Protocol):
     #: the most input tokens (roughly characters of phonemes) one call accepts; the stream
     #: core keeps segments under ``max_segment_chars`` and the engine splits what is left.
     max_concurrency: int
+    #: the ``vocoder`` values ``synthesize`` accepts (empty: it cannot stream inside a segment)
+    vocoder_modes: tuple[str, ...]
 
     @property
     def voices(self) -> tuple[Voice, ...]: ...
@@ -47,6 +49,13 @@ class Engine(Protocol):
 
     async def aclose(self) -> None: ...
 
-    def synthesize(self, text: str, *, voice: str, speed: float) -> AsyncIterator[bytes]:
-        """Yield s16le mono PCM chunks for ``text``. Raise ``EngineError`` on failure."""
+    def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
+                   buffered_s: float = 0.0) -> AsyncIterator[bytes]:
+        """Yield s16le mono PCM chunks for ``text``. Raise ``EngineError`` on failure.
+
+        Hints for engines that stream inside a segment (``vocoder_modes`` not empty; the
+        others ignore them): ``vocoder`` picks the mode (None: the engine's setting), and
+        ``buffered_s`` is the audio the listener holds and has not heard yet, so the engine
+        can tell whether anyone is waiting for this segment's first sound.
+        """
         ...

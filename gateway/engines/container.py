@@ -117,6 +117,7 @@ def _parse_event(data: str) -> dict[str, Any]:
 
 class ContainerEngine:
     name = "container"
+    vocoder_modes: tuple[str, ...] = ()  # no streaming inside a segment
     sample_rate = SAMPLE_RATE
 
     def __init__(self, settings: Settings) -> None:
@@ -196,7 +197,8 @@ class ContainerEngine:
         if http is not None:
             await http.close()
 
-    async def synthesize(self, text: str, *, voice: str, speed: float) -> AsyncIterator[bytes]:
+    async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
+                         buffered_s: float = 0.0) -> AsyncIterator[bytes]:
         """Yield the container's PCM for ``text``; one retry on a fresh socket before any audio."""
         if self._http is None:
             raise NotReady("the container engine is not started")

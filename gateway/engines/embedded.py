@@ -8,6 +8,11 @@ voices are Japanese; fed English phonemes they speak English with an accent.
 A call's cost is proportional to the audio it generates, and the model pads each call with
 0.3 s of silence before the speech and 0.3-0.7 s after; trimming the lead shortens the time
 to first *sound*, trimming the tail keeps sentence joins tight.
+
+Streaming inside a segment (``embedded_vocoder``, docs/STREAMING_VOCODER.md): after start-up
+a background thread splits the model into encoder and vocoder and calibrates the default
+voice (cached per voice; other voices are calibrated on first use). Until a voice is ready
+its segments use the whole model, so readiness never waits for it.
 """
 from __future__ import annotations
 
@@ -22,13 +27,16 @@ import re
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, TypeVar
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable, Iterator, TypeVar
 
 import numpy as np
 
 from ..config import Settings
 from ..errors import BadRequest, EngineError, NotReady
+from ..vocoder.calibrate import Stopped
 from ..g2p import ROUTES
+from ..vocoder.chunked import MODES as VOCODER_MODES
 from .base import Voice
 
 log = logging.getLogger(__name__)
@@ -195,6 +203,8 @@ class EmbeddedEngine:
             raise ValueError("embedded_workers and embedded_threads must be at least 1")
         if settings.embedded_g2p not in ROUTES:
             raise ValueError(f"embedded_g2p must be one of {', '.join(ROUTES)}")
+        if settings.embedded_vocoder not in (*VOCODER_MODES, "off"):
+            raise ValueError(f"embedded_vocoder must be one of {', '.join(VOCODER_MODES)} or off")
         if settings.default_voice and settings.default_voice not in VOICE_IDS:
             raise ValueError(
                 f"default_voice {settings.default_voice!r} is not an embedded voice; "
@@ -210,6 +220,14 @@ class EmbeddedEngine:
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._slots: asyncio.Semaphore | None = None
         self._calls_lock = threading.Lock()
+        # the streaming vocoder: built in the background after start(), see vocoder_status
+        self.vocoder_modes: tuple[str, ...] = VOCODER_MODES if settings.embedded_vocoder != "off" else ()
+        self._vocoder: Any = None  # a StreamingVocoder once built
+        self._vocoder_state = "off" if settings.embedded_vocoder == "off" else "waiting for start"
+        self._vocoder_build_s: float | None = None
+        self._vocoder_tasks: dict[str, asyncio.Future[Any]] = {}  # "" = the build; else a voice
+        self._vocoder_pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._vocoder_stop = threading.Event()
 
     @property
     def voices(self) -> tuple[Voice, ...]:
@@ -247,11 +265,99 @@ class EmbeddedEngine:
             self.load_report.total_s, model.model_s, s.embedded_g2p, model.g2p_s,
             self.load_report.warmup_s,
         )
+        if self.vocoder_modes:
+            self._vocoder_pool = concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="kokoro-vocoder")
+            self._vocoder_state = "building"
+            self._vocoder_tasks[""] = self._in_vocoder_pool("", self._build_vocoder, model)
 
     async def aclose(self) -> None:
         executor, self._executor, self._model = self._executor, None, None
+        pool, self._vocoder_pool, self._vocoder = self._vocoder_pool, None, None
+        self._vocoder_stop.set()  # a calibration in progress ends at its next sentence
         if executor is not None:
             await asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True)
+        if pool is not None:
+            await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
+
+    @property
+    def model(self) -> KokoroModel:
+        """The loaded model (vocab, voice packs, G2P): for tools and benchmarks."""
+        if self._model is None:
+            raise NotReady("the embedded engine is not started")
+        return self._model
+
+    # -- the streaming vocoder ---------------------------------------------------------------
+    @property
+    def vocoder(self) -> Any:
+        """The ``StreamingVocoder`` once built (see ``wait_vocoder``), else None."""
+        return self._vocoder
+
+    @property
+    def vocoder_status(self) -> dict[str, Any]:
+        """For /readyz: the configured mode, the build's state, the voices it can stream."""
+        vocoder = self._vocoder
+        return {"mode": self.settings.embedded_vocoder, "state": self._vocoder_state,
+                "build_s": self._vocoder_build_s,
+                "voices": sorted(vocoder.voices) if vocoder is not None else []}
+
+    async def wait_vocoder(self, voice: str = "") -> bool:
+        """Wait until the vocoder (and ``voice``, if given) can stream; False if it cannot."""
+        if not self.vocoder_modes:
+            return False
+        if build := self._vocoder_tasks.get(""):
+            await asyncio.wait([build])  # its failure is logged and kept in vocoder_status
+        if self._vocoder is None:
+            return False
+        if voice and self._streamer(voice) is None and (task := self._vocoder_tasks.get(voice)):
+            await asyncio.wait([task])
+        return self._vocoder is not None and (not voice or voice in self._vocoder.voices)
+
+    def _in_vocoder_pool(self, key: str, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+        """Run a build step on the vocoder's own thread; failures are logged, never raised."""
+        assert self._vocoder_pool is not None
+        future = asyncio.get_running_loop().run_in_executor(self._vocoder_pool, fn, *args)
+
+        def done(f: asyncio.Future[Any]) -> None:
+            if key:
+                self._vocoder_tasks.pop(key, None)
+            if f.cancelled() or isinstance(exc := f.exception(), Stopped) or exc is None:
+                return
+            what = "build" if not key else f"calibration of {key}"
+            log.error("streaming vocoder %s failed: %s; that voice uses the whole model", what, exc)
+            if not key:
+                self._vocoder_state = f"failed: {exc}"
+
+        future.add_done_callback(done)
+        return future
+
+    def _build_vocoder(self, model: KokoroModel) -> None:
+        from ..vocoder import StreamingVocoder, default_cache_dir
+
+        s, voice = self.settings, self.default_voice
+        t0 = time.perf_counter()
+        vocoder = StreamingVocoder.build(
+            load_model_bytes(), {voice: model.styles[voice]}, threads=s.embedded_threads,
+            vocab=model.vocab, stop=self._vocoder_stop,
+            cache_dir=Path(s.embedded_vocoder_cache) if s.embedded_vocoder_cache else default_cache_dir(),
+        )
+        self._vocoder_build_s = round(time.perf_counter() - t0, 2)
+        if self._model is model:  # not closed meanwhile
+            self._vocoder, self._vocoder_state = vocoder, "ready"
+
+    def _streamer(self, voice: str) -> Any:
+        """The vocoder if it can stream ``voice`` now, else None (and ``voice`` is calibrated
+        in the background, so that a later request can)."""
+        vocoder, model = self._vocoder, self._model
+        if vocoder is None or model is None:
+            return None
+        if voice in vocoder.voices:
+            return vocoder
+        if voice not in self._vocoder_tasks and self._vocoder_pool is not None:
+            log.info("calibrating the streaming vocoder for %s in the background", voice)
+            self._vocoder_tasks[voice] = self._in_vocoder_pool(
+                voice, vocoder.add_voice, voice, model.styles[voice])
+        return None
 
     async def phonemes(self, text: str) -> str:
         """The model's input for ``text`` (only symbols in its vocab): for tools and tests."""
@@ -260,11 +366,16 @@ class EmbeddedEngine:
             raise NotReady("the embedded engine is not started")
         return await self._run(lambda: model.tokens(model.phonemize(text)), "G2P")
 
-    async def synthesize(self, text: str, *, voice: str, speed: float) -> AsyncIterator[bytes]:
-        """Yield s16le PCM per piece of at most ``MAX_TOKENS`` phonemes, each once it is done.
+    async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
+                         buffered_s: float = 0.0) -> AsyncIterator[bytes]:
+        """Yield s16le PCM for ``text``: per piece of at most ``MAX_TOKENS`` phonemes with the
+        whole model, or per vocoder chunk when streaming inside the segment.
 
-        Closing the generator early starts no further inference for this text; a call
-        already running finishes in its thread and its audio is dropped.
+        ``vocoder`` (default: the ``embedded_vocoder`` setting) picks the mode; ``buffered_s``
+        is the audio the listener holds and has not heard yet, so ``frozen-first`` streams
+        only a segment that would otherwise keep them waiting. Closing the generator early
+        starts no further inference for this text; a call already running finishes in its
+        thread and its audio is dropped.
         """
         if voice not in VOICE_IDS:
             raise BadRequest(
@@ -273,14 +384,37 @@ class EmbeddedEngine:
             )
         if not MIN_SPEED <= speed <= MAX_SPEED:
             raise BadRequest(f"speed must be between {MIN_SPEED} and {MAX_SPEED}", code="bad_speed")
+        mode = vocoder or self.settings.embedded_vocoder
+        if mode not in (*VOCODER_MODES, "off"):
+            raise BadRequest(f"vocoder must be one of {', '.join(VOCODER_MODES)}", code="invalid_option")
         model = self._model
         if model is None:
             raise NotReady("the embedded engine is not started")
         phonemes = await self.phonemes(text)
+        streamer = self._streamer(voice) if mode in ("frozen", "frozen-first") else None
+        started, produced_s = time.perf_counter(), 0.0
         for piece in split_phonemes(phonemes):
-            audio = await self._run(lambda p=piece: self._infer(model, p, voice, speed), "inference")
-            if audio.size:
-                yield to_pcm16(audio)
+            if streamer is None:
+                audio = await self._run(lambda p=piece: self._infer(model, p, voice, speed), "inference")
+                if audio.size:
+                    produced_s += audio.size / SAMPLE_RATE
+                    yield to_pcm16(audio)
+                continue
+            ids = [model.vocab[c] for c in piece]
+            style = model.styles[voice][len(ids) - 1].reshape(1, 256)
+            # what the listener still holds: before any audio they are waiting, nothing plays
+            elapsed = time.perf_counter() - started
+            ahead = max(0.0, buffered_s + produced_s - elapsed) if buffered_s or produced_s else 0.0
+            chunks = streamer.synthesize_chunks(ids, style, speed, voice, mode=mode, buffered_s=ahead)
+            while (audio := await self._run(lambda c=chunks: self._next_chunk(c), "inference")) is not None:
+                if audio.size:
+                    produced_s += audio.size / SAMPLE_RATE
+                    yield to_pcm16(audio)
+
+    def _next_chunk(self, chunks: Iterator[np.ndarray]) -> np.ndarray | None:
+        with self._calls_lock:
+            self.calls += 1
+        return next(chunks, None)
 
     def _infer(self, model: KokoroModel, piece: str, voice: str, speed: float) -> np.ndarray:
         with self._calls_lock:

@@ -28,6 +28,7 @@ def fake_duration_s(text: str, speed: float = 1.0) -> float:
 
 class FakeEngine:
     name = "fake"
+    vocoder_modes: tuple[str, ...] = ()  # no streaming inside a segment
     sample_rate = 24000
 
     def __init__(self, settings: Settings) -> None:
@@ -67,7 +68,8 @@ class FakeEngine:
             parts += [(tone * 32767).astype(np.int16), gap]
         return np.concatenate(parts) if parts else np.zeros(0, np.int16)
 
-    async def synthesize(self, text: str, *, voice: str, speed: float) -> AsyncIterator[bytes]:
+    async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
+                         buffered_s: float = 0.0) -> AsyncIterator[bytes]:
         if voice not in {v.id for v in self._voices}:
             raise BadRequest(f"unknown voice {voice!r}", code="unknown_voice")
         s = self.settings

@@ -154,6 +154,7 @@ class TorchKokoro:
 
 class KokoroEngine:
     name = "kokoro"
+    vocoder_modes: tuple[str, ...] = ()  # no streaming inside a segment
     sample_rate = SAMPLE_RATE
 
     def __init__(self, settings: Settings) -> None:
@@ -213,7 +214,8 @@ class KokoroEngine:
         if executor is not None:
             await asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True)
 
-    async def synthesize(self, text: str, *, voice: str, speed: float) -> AsyncIterator[bytes]:
+    async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
+                         buffered_s: float = 0.0) -> AsyncIterator[bytes]:
         """Yield s16le PCM per piece of at most ``MAX_TOKENS`` phonemes, each once it is done.
 
         Closing the generator early starts no further inference for this text; a call

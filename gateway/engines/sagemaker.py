@@ -166,6 +166,7 @@ async def _close(stream: Any) -> None:
 
 class SageMakerEngine:
     name = "sagemaker"
+    vocoder_modes: tuple[str, ...] = ()  # no streaming inside a segment
     sample_rate = SAMPLE_RATE
 
     def __init__(self, settings: Settings, options: SageMakerOptions | None = None) -> None:
@@ -234,7 +235,8 @@ class SageMakerEngine:
         if client is not None and self.options.mode == "stream":
             await client.close()
 
-    async def synthesize(self, text: str, *, voice: str, speed: float) -> AsyncIterator[bytes]:
+    async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
+                         buffered_s: float = 0.0) -> AsyncIterator[bytes]:
         """Yield the endpoint's PCM for ``text``; closing early ends the call (and the container's work)."""
         if self._client is None:
             raise NotReady("the sagemaker engine is not started")

@@ -6,9 +6,10 @@ vocoder, also returning them) on ``SENTENCES`` and pooled per voice: norms as if
 were one long recording (length-weighted means, variances around the pooled mean); quantizer
 ranges averaged, then turned back into a scale and zero point.
 
-Calibrating the five shipped voices takes tens of seconds on two cores, so the result is cached
-in a ``.npz`` whose name carries the model's SHA-256 and ``VERSION``: a new model or a change
-to this recipe never reads a stale file.
+Calibrating one voice takes about ten seconds on two cores, so each voice's result is cached
+in its own ``.npz`` whose name carries the model's SHA-256, the voice and ``VERSION``: a new
+model or a change to this recipe never reads a stale file, and a voice is calibrated only
+when it is first used.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import hashlib
 import logging
 import os
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -26,7 +28,7 @@ from .names import CROP, ENERGY, F0, FEATURES, Statistic
 
 log = logging.getLogger(__name__)
 
-VERSION = 1  # bump when the graph surgery, the sentences or the pooling change
+VERSION = 2  # bump when the graph surgery, the sentences, the pooling or the file layout change
 
 # Kokoro phonemes (misaki) of assistant-style sentences, short to long, with and without
 # clauses. Not the sentences the quality figures are measured on.
@@ -88,14 +90,24 @@ def pool(samples: Sequence[Stats], weights: Sequence[float],
     return out
 
 
+class Stopped(Exception):
+    """Calibration was asked to stop (the engine is closing)."""
+
+
 def calibrate(encode: Encode, probe: Any, statistics: Sequence[Statistic],
               voices: Mapping[str, np.ndarray], vocab: Mapping[str, int],
-              sentences: Sequence[str] = SENTENCES) -> dict[str, Stats]:
-    """Pooled statistics for each voice over ``sentences`` (phoneme strings)."""
+              sentences: Sequence[str] = SENTENCES, stop: threading.Event | None = None,
+              ) -> dict[str, Stats]:
+    """Pooled statistics for each voice over ``sentences`` (phoneme strings).
+
+    ``stop``, once set, ends the work at the next sentence with ``Stopped``.
+    """
     out: dict[str, Stats] = {}
     for voice, pack in voices.items():
         samples, weights = [], []
         for phonemes in sentences:
+            if stop is not None and stop.is_set():
+                raise Stopped(f"calibration of {voice} stopped")
             tokens = [vocab[c] for c in phonemes if c in vocab]
             style = np.asarray(pack[len(tokens) - 1], np.float32).reshape(1, 256)
             features, f0, energy = encode(tokens, style, 1.0)
@@ -111,37 +123,35 @@ def default_cache_dir() -> Path:
     return Path(base) / "kokoro-gateway"
 
 
-def cache_path(cache_dir: Path, model_bytes: bytes, sentences: Sequence[str] = SENTENCES) -> Path:
-    """The cache file for this model (its SHA-256), recipe version and calibration sentences."""
-    model = hashlib.sha256(model_bytes).hexdigest()[:16]
+def model_digest(model_bytes: bytes) -> str:
+    return hashlib.sha256(model_bytes).hexdigest()[:16]
+
+
+def cache_path(cache_dir: Path, digest: str, voice: str, sentences: Sequence[str] = SENTENCES) -> Path:
+    """The cache file for this model (``model_digest``), voice, recipe version and sentences."""
     recipe = hashlib.sha256("\n".join(sentences).encode()).hexdigest()[:8]
-    return cache_dir / f"kokoro-vocoder-stats-{model}-{recipe}-v{VERSION}.npz"
+    return cache_dir / f"kokoro-vocoder-stats-{digest}-{recipe}-{voice}-v{VERSION}.npz"
 
 
-def load_cached(path: Path, voices: Sequence[str], statistics: Sequence[Statistic]) -> dict[str, Stats] | None:
-    """The cached statistics when the file has every voice and statistic, else None."""
+def load_cached(path: Path, statistics: Sequence[Statistic]) -> Stats | None:
+    """One voice's cached statistics when the file has every statistic, else None."""
     try:
         with np.load(path) as npz:
             data = {k: npz[k] for k in npz.files}
     except (OSError, ValueError):
         return None
-    out: dict[str, Stats] = {}
-    for voice in voices:
-        keys = [f"{voice}/{s.name}" for s in statistics]
-        if not all(k in data for k in keys):
-            return None
-        out[voice] = {s.name: data[k] for s, k in zip(statistics, keys)}
-    return out
+    if not all(s.name in data for s in statistics):
+        return None
+    return {s.name: data[s.name] for s in statistics}
 
 
-def save_cached(path: Path, stats: Mapping[str, Stats]) -> None:
+def save_cached(path: Path, stats: Stats) -> None:
     """Write atomically: a reader never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    flat = {f"{voice}/{name}": value for voice, s in stats.items() for name, value in s.items()}
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz")
     try:
         with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, **flat)
+            np.savez(fh, **stats)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

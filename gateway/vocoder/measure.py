@@ -81,6 +81,23 @@ def distance(reference: np.ndarray, test: np.ndarray) -> Distance:
     return Distance(lsd, timbre, loud)
 
 
+def align(reference: np.ndarray, test: np.ndarray, max_lag: int = 1200) -> np.ndarray:
+    """``test`` shifted (cut or padded at the start) to line up with ``reference``, by the
+    lag within +-``max_lag`` samples (50 ms) that maximizes their cross-correlation over the
+    first two seconds: paths that trim leading silence differently start a few ms apart."""
+    n = min(len(reference), len(test), 2 * RATE)
+    if n <= 2 * max_lag:
+        return test
+    size = 1 << int(np.ceil(np.log2(2 * n)))
+    xc = np.fft.irfft(np.fft.rfft(test[:n], size) * np.conj(np.fft.rfft(reference[:n], size)), size)
+    lags = np.concatenate([xc[:max_lag + 1], xc[-max_lag:]])  # lag 0..max, then -max..-1
+    lag = int(np.argmax(lags))
+    lag = lag if lag <= max_lag else lag - len(lags)
+    if lag > 0:  # test starts late: drop its first samples
+        return test[lag:]
+    return np.concatenate([np.zeros(-lag, test.dtype), test])
+
+
 def worst_join_ratio(audio: np.ndarray, joins: list[int], around: int = 240) -> float:
     """Largest (step at a join) / (largest step within ``around`` samples of it, join excluded)."""
     step = np.abs(np.diff(np.asarray(audio, np.float64)))

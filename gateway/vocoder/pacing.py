@@ -38,12 +38,16 @@ class CostModel:
 
 
 class Pacer:
-    """How far one stream's produced audio is ahead of real-time playback."""
+    """How far one stream's produced audio is ahead of real-time playback.
 
-    def __init__(self, costs: CostModel) -> None:
+    ``buffered_s``: audio the player already holds from before this stream (it is playing
+    now); without it, playback starts with this stream's first chunk.
+    """
+
+    def __init__(self, costs: CostModel, buffered_s: float = 0.0) -> None:
         self.costs = costs
-        self.first: float | None = None
-        self.produced_s = 0.0
+        self.first: float | None = time.perf_counter() if buffered_s > 0 else None
+        self.produced_s = max(0.0, buffered_s)
 
     def observe(self, window: int, elapsed: float, produced_samples: int) -> None:
         self.costs.observe(window, elapsed)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.resources
 import json
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,22 +69,31 @@ class StreamingVocoder:
         self.policy = policy
         self.costs = CostModel()  # seeded by warm_up(), refined by every streamed chunk
         self.report: BuildReport | None = None
+        # what add_voice() needs to calibrate a voice later (set by build())
+        self._digest, self._cache_dir = "", None
+        self._vocab: Mapping[str, int] = {}
+        self._sentences: Sequence[str] = calibrate.SENTENCES
+        self.stop = threading.Event()  # set it to end a calibration in progress (Stopped)
 
     @classmethod
     def build(cls, model_bytes: bytes, voices: Mapping[str, np.ndarray], *, threads: int = 2,
               cache_dir: Path | None = None, vocab: Mapping[str, int] | None = None,
               policy: Policy = Policy(), calibration: Sequence[str] = calibrate.SENTENCES,
-              ) -> "StreamingVocoder":
+              stop: threading.Event | None = None) -> "StreamingVocoder":
         """Split ``model_bytes`` (the whole Kokoro ONNX model), make sessions, get statistics.
 
-        ``voices`` maps a voice id to its style pack ([510, 1, 256] or [510, 256]). With
-        ``cache_dir`` the statistics are cached there, keyed by the model's SHA-256 and the
-        ``calibration`` sentences (Kokoro phonemes).
+        ``voices`` maps a voice id to its style pack ([510, 1, 256] or [510, 256]); these are
+        calibrated now, others later with ``add_voice``. With ``cache_dir`` each voice's
+        statistics are cached there, keyed by the model's SHA-256, the voice and the
+        ``calibration`` sentences (Kokoro phonemes). ``stop`` becomes the vocoder's ``stop``:
+        set, it ends the build's calibration with ``calibrate.Stopped``.
         """
         import onnx
 
         from .split import split
 
+        if not voices:
+            raise ValueError("build needs at least one voice to calibrate and warm up with")
         t0 = time.perf_counter()
         parts = split(onnx.load_from_string(model_bytes))
         t1 = time.perf_counter()
@@ -91,45 +101,54 @@ class StreamingVocoder:
         exact = _session(parts.probe.SerializeToString(), threads)  # also the exact vocoder
         frozen = _session(parts.frozen.SerializeToString(), threads)
         t2 = time.perf_counter()
-        stats, calibrate_s, cached = cls._statistics(
-            model_bytes, voices, encoder, exact, parts.statistics, cache_dir,
-            vocab or _default_vocab(), calibration)
-        self = cls(encoder, exact, frozen, stats, parts.statistics, policy)
+        self = cls(encoder, exact, frozen, {}, parts.statistics, policy)
+        self._digest, self._cache_dir = calibrate.model_digest(model_bytes), cache_dir
+        self._vocab, self._sentences = vocab or _default_vocab(), tuple(calibration)
+        if stop is not None:
+            self.stop = stop
+        calibrate_s = sum(self.add_voice(v, pack) for v, pack in voices.items())
         t3 = time.perf_counter()
         self.warm_up()
+        cached = calibrate_s == 0.0
         self.report = BuildReport(t1 - t0, t2 - t1, calibrate_s, time.perf_counter() - t3, cached)
         log.info("streaming vocoder built in %.1f s (split %.1f, sessions %.1f, calibration "
                  "%.1f%s, warm-up %.1f)", self.report.total_s, t1 - t0, t2 - t1, calibrate_s,
                  " from the cache" if cached else "", self.report.warmup_s)
         return self
 
-    @staticmethod
-    def _statistics(model_bytes: bytes, voices: Mapping[str, np.ndarray], encoder: Any,
-                    exact: Any, statistics: Sequence[Statistic], cache_dir: Path | None,
-                    vocab: Mapping[str, int], sentences: Sequence[str],
-                    ) -> tuple[dict[str, calibrate.Stats], float, bool]:
-        """Each voice's statistics from the cache, else calibrated (and cached)."""
-        path = calibrate.cache_path(cache_dir, model_bytes, sentences) if cache_dir else None
-        if path is not None:
-            stats = calibrate.load_cached(path, list(voices), statistics)
-            if stats is not None:
-                return stats, 0.0, True
+    def add_voice(self, voice: str, pack: np.ndarray) -> float:
+        """Load ``voice``'s statistics from the cache, else calibrate (and cache) them.
+
+        Returns the seconds spent calibrating (0.0 when cached or already known). Blocks for
+        about ten seconds per voice on two cores when it calibrates.
+        """
+        if voice in self._stats:
+            return 0.0
+        cache = self._cache_dir
+        path = calibrate.cache_path(cache, self._digest, voice, self._sentences) if cache else None
+        if path is not None and (stats := calibrate.load_cached(path, self.statistics)) is not None:
+            self._stats[voice] = stats
+            return 0.0
 
         def encode(tokens: list[int], style: np.ndarray, speed: float) -> tuple[np.ndarray, ...]:
-            enc = _encode(encoder, tokens, style, speed)
+            enc = _encode(self._encoder, tokens, style, speed)
             return enc.features, enc.f0, enc.energy
 
-        packs = {v: np.asarray(p, np.float32).reshape(-1, 256) for v, p in voices.items()}
-        stats, elapsed = calibrate.timed_calibrate(encode, exact, statistics, packs, vocab, sentences)
+        packs = {voice: np.asarray(pack, np.float32).reshape(-1, 256)}
+        stats, elapsed = calibrate.timed_calibrate(encode, self._exact, self.statistics, packs,
+                                                   self._vocab, self._sentences, self.stop)
         if path is not None:
-            calibrate.save_cached(path, stats)
-        return stats, elapsed, False
+            calibrate.save_cached(path, stats[voice])
+        self._stats[voice] = stats[voice]  # one assignment: readers see all of it or nothing
+        return max(elapsed, 1e-9)
 
     def with_policy(self, policy: Policy) -> "StreamingVocoder":
         """The same sessions, statistics and measured costs under another policy."""
         other = StreamingVocoder(self._encoder, self._exact, self._frozen, self._stats,
                                  self.statistics, policy)
         other.costs, other.report = self.costs, self.report
+        other._digest, other._cache_dir = self._digest, self._cache_dir
+        other._vocab, other._sentences, other.stop = self._vocab, self._sentences, self.stop
         return other
 
     @property
@@ -161,7 +180,7 @@ class StreamingVocoder:
 
     def synthesize_chunks(self, tokens: list[int], style: np.ndarray, speed: float, voice: str, *,
                           mode: str = "frozen-first", frozen_frames: int | None = None,
-                          ) -> Iterator[np.ndarray]:
+                          buffered_s: float = 0.0) -> Iterator[np.ndarray]:
         """Float32 audio chunks for one segment (``tokens`` without the pad ids).
 
         A generator: nothing runs until the first ``next()``, and each ``next()`` blocks for
@@ -169,14 +188,19 @@ class StreamingVocoder:
         executor one chunk at a time. ``frozen_frames`` (frozen-first only) fixes how many
         frames go frozen before the exact hand-over instead of deciding it from the measured
         speed: for tests and benches.
+
+        ``buffered_s`` is the audio the listener already has and has not yet heard (0 while
+        they wait for the first sound). In ``frozen-first`` mode, a segment whose whole exact
+        call is predicted to finish within that goes exact in one call: nothing to hurry.
         """
         _check_mode(mode)
         enc = self.encode(tokens, style, speed)
-        yield from self.stream_encoded(enc, style, voice, mode=mode, frozen_frames=frozen_frames)
+        yield from self.stream_encoded(enc, style, voice, mode=mode, frozen_frames=frozen_frames,
+                                       buffered_s=buffered_s)
 
     def stream_encoded(self, enc: Encoded, style: np.ndarray, voice: str, *,
                        mode: str = "frozen-first", frozen_frames: int | None = None,
-                       ) -> Iterator[np.ndarray]:
+                       buffered_s: float = 0.0) -> Iterator[np.ndarray]:
         """``synthesize_chunks`` from the encoder's output (for tools that alter it)."""
         _check_mode(mode)
         p = self.policy
@@ -184,23 +208,32 @@ class StreamingVocoder:
         runner = self._runner(enc, style, voice)
         if stop <= start:
             return
-        if mode == "exact" or stop - start <= p.exact_below:
-            audio, _ = runner.run(0, enc.frames, exact=True)  # the whole model's statistics
+        in_time = (mode == "frozen-first" and frozen_frames is None
+                   and buffered_s >= p.safety * self.costs.predict(enc.frames))
+        if mode == "exact" or stop - start <= p.exact_below or in_time:
+            t0 = time.perf_counter()
+            audio, window = runner.run(0, enc.frames, exact=True)  # the whole model's statistics
+            self.costs.observe(window, time.perf_counter() - t0)  # teaches predict() long windows
             yield audio[start * FRAME:stop * FRAME]
             return
-        yield from self._stream(runner, start, stop, mode == "frozen-first", frozen_frames)
+        yield from self._stream(runner, start, stop, mode == "frozen-first", frozen_frames, buffered_s)
 
     def _stream(self, runner: ChunkRunner, start: int, stop: int, hand_over: bool,
-                frozen_frames: int | None) -> Iterator[np.ndarray]:
+                frozen_frames: int | None, buffered_s: float = 0.0) -> Iterator[np.ndarray]:
         """Frozen chunks, each cross-faded into the next over ``join_fade`` samples (held back
         until the next chunk exists); with ``hand_over``, the exact rest once it will be in time.
         """
         p = self.policy
-        pacer = Pacer(self.costs)
+        pacer = Pacer(self.costs, buffered_s)
         pos, size, index = start, 0, 0
         held = np.zeros(0, np.float32)
         while pos < stop:
-            size = next_size(p, pacer, size, index) if index else first_size(p, self.costs)
+            if index:
+                size = next_size(p, pacer, size, index)
+            else:  # the smallest that pays for the next; larger if the listener's buffer allows
+                size = first_size(p, self.costs)
+                if pacer.first is not None:
+                    size = max(size, next_size(p, pacer, 0, 0))
             end = min(stop, pos + size)
             if stop - end < p.min_chunk + p.crossfade:
                 end = stop
@@ -215,7 +248,9 @@ class StreamingVocoder:
             yield audio[: len(audio) - keep]
             held = audio[len(audio) - keep:]
             if last:
-                rest, _ = runner.run(end - p.crossfade, stop, exact=True, to_end=True)
+                t0 = time.perf_counter()
+                rest, window = runner.run(end - p.crossfade, stop, exact=True, to_end=True)
+                self.costs.observe(window, time.perf_counter() - t0)
                 rest[: len(held)] = fade(held, rest[: len(held)])
                 yield rest
                 return

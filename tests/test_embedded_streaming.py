@@ -1,0 +1,103 @@
+"""Streaming inside a segment on the embedded engine: the vocoder in chunks, wired in.
+
+The engine builds the streaming vocoder in the background after start-up; these tests wait
+for it, then compare the modes on the real model: chunks come early and join smoothly, the
+voice stays the exact model's within the measured shift, a listener who already holds audio
+gets one exact call, and closing a stream mid-segment stops its chunks.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import AsyncIterator
+
+import numpy as np
+import pytest
+import pytest_asyncio
+
+from gateway.config import Settings
+from gateway.engines.embedded import EmbeddedEngine
+from gateway.errors import BadRequest
+from gateway.vocoder.measure import distance, worst_join_ratio
+
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
+RATE = 24000
+SENTENCE = "The weather will be sunny in the morning, with light rain after lunch."
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def engine() -> AsyncIterator[EmbeddedEngine]:
+    eng = EmbeddedEngine(Settings())  # the default: frozen-first
+    await eng.start()
+    assert eng.vocoder_status["state"] in ("building", "ready")  # readiness does not wait for it
+    assert await eng.wait_vocoder(), eng.vocoder_status
+    yield eng
+    await eng.aclose()
+
+
+async def chunks_of(eng: EmbeddedEngine, text: str = SENTENCE, **kw: object) -> list[np.ndarray]:
+    voice = str(kw.pop("voice", eng.default_voice))
+    return [np.frombuffer(c, "<i2").astype(np.float32) / 32768.0
+            async for c in eng.synthesize(text, voice=voice, speed=1.0, **kw)]  # type: ignore[arg-type]
+
+
+async def test_a_waiting_listener_gets_the_segment_in_growing_chunks(engine: EmbeddedEngine) -> None:
+    status = engine.vocoder_status
+    assert status["state"] == "ready" and engine.default_voice in status["voices"]
+    assert status["build_s"] is not None and status["build_s"] > 0
+    exact = await chunks_of(engine, vocoder="exact")
+    streamed = await chunks_of(engine)  # the default mode, nothing buffered: the listener waits
+    assert len(exact) == 1 and len(streamed) >= 3
+    sizes = [len(c) / RATE for c in streamed]
+    assert sizes[0] <= 0.45 < sum(sizes), sizes  # the first chunk is a small part of the sentence
+    whole, joined = exact[0], np.concatenate(streamed)
+    # the same sentence: the two paths trim silence a frame apart at most
+    assert abs(len(joined) - len(whole)) / RATE < 0.06
+    d = distance(whole, joined)
+    # frozen-first measured 0.6-0.8 dB timbre and under 1 dB loudness from the exact model
+    assert d.timbre_db < 1.5 and abs(d.loudness_db) < 1.5, d.row()
+    cuts = np.cumsum([len(c) for c in streamed])[:-1].tolist()
+    assert worst_join_ratio(joined, cuts) < 1.0  # no step at a join larger than the signal's own
+
+
+async def test_frozen_mode_streams_every_chunk_and_joins_without_clicks(engine: EmbeddedEngine) -> None:
+    frozen = await chunks_of(engine, vocoder="frozen")
+    assert len(frozen) >= 3
+    joined = np.concatenate(frozen)
+    cuts = np.cumsum([len(c) for c in frozen])[:-1].tolist()
+    assert worst_join_ratio(joined, cuts) < 1.0
+    assert 0.15 * len(SENTENCE.split()) < len(joined) / RATE < 0.6 * len(SENTENCE.split())
+
+
+async def test_a_listener_with_audio_in_hand_gets_one_exact_call(engine: EmbeddedEngine) -> None:
+    # ten seconds still to play: the exact vocoder has time for the whole segment
+    calm = await chunks_of(engine, buffered_s=10.0)
+    waiting = await chunks_of(engine, buffered_s=0.0)
+    assert len(calm) == 1 and len(waiting) >= 3
+    assert abs(len(calm[0]) - sum(len(c) for c in waiting)) / RATE < 0.06
+
+
+async def test_closing_mid_segment_starts_no_more_chunks(engine: EmbeddedEngine) -> None:
+    before = engine.calls
+    agen = engine.synthesize(SENTENCE, voice=engine.default_voice, speed=1.0, vocoder="frozen")
+    first = await anext(agen)
+    assert 0 < len(first) / 2 / RATE <= 0.45
+    await agen.aclose()
+    await asyncio.sleep(0.5)
+    assert engine.calls - before == 1
+
+
+async def test_bad_mode_is_a_bad_request(engine: EmbeddedEngine) -> None:
+    with pytest.raises(BadRequest) as err:
+        await anext(engine.synthesize("Hi.", voice=engine.default_voice, speed=1.0, vocoder="fast"))
+    assert err.value.code == "invalid_option"
+
+
+async def test_another_voice_streams_once_calibrated(engine: EmbeddedEngine) -> None:
+    voice = "jf_nezumi"
+    if voice not in engine.vocoder_status["voices"]:
+        # first use: the whole model now, calibration (or the cache) in the background
+        before = await chunks_of(engine, voice=voice)
+        assert len(before) == 1
+    assert await engine.wait_vocoder(voice)
+    assert voice in engine.vocoder_status["voices"]
+    assert len(await chunks_of(engine, voice=voice)) >= 3
