@@ -168,6 +168,9 @@ class StreamingVocoder:
             t0 = time.perf_counter()
             _, window = runner.run(p.context, p.context + size, exact=False)
             self.costs.observe(window, time.perf_counter() - t0)
+            t0 = time.perf_counter()  # the opening chunk's shape, with less left context
+            _, window = runner.run(p.context, p.context + size, exact=False, left=p.open_left)
+            self.costs.observe(window, time.perf_counter() - t0)
 
     def encode(self, tokens: list[int], style: np.ndarray, speed: float) -> Encoded:
         return _encode(self._encoder, tokens, style, speed)
@@ -241,7 +244,8 @@ class StreamingVocoder:
             last = hand_over and end < stop and self._switch(pacer, pos, end, start, rest_window,
                                                              frozen_frames)
             t0 = time.perf_counter()
-            audio, window = runner.run(pos, end, exact=False, lead=len(held))
+            left = p.open_left if index == 0 else None  # the opening chunk starts in silence
+            audio, window = runner.run(pos, end, exact=False, lead=len(held), left=left)
             audio[: len(held)] = fade(held, audio[: len(held)])
             keep = p.crossfade * FRAME if last else (p.join_fade if end < stop else 0)
             pacer.observe(window, time.perf_counter() - t0, len(audio) - keep)
