@@ -332,3 +332,23 @@ def test_bad_mode_and_unknown_voice(model: Model, vocoder: StreamingVocoder) -> 
         next(vocoder.synthesize_chunks(tokens, style, 1.0, VOICE, mode="fast"))
     with pytest.raises(ValueError, match="voice"):
         next(vocoder.synthesize_chunks(tokens, style, 1.0, "af_heart"))
+
+
+def test_cost_model_fits_a_line_and_follows_the_machine() -> None:
+    from gateway.vocoder.pacing import CostModel
+
+    costs = CostModel()
+    assert costs.predict(20) > 0 and not costs.seen  # a guess before any call
+    for window in (14, 16, 20, 14, 16, 20):
+        costs.observe(window, 0.040 + 0.006 * window)
+    assert costs.seen
+    assert costs.predict(14) == pytest.approx(0.124, rel=1e-6)
+    assert costs.predict(56) == pytest.approx(0.376, rel=1e-6)  # extrapolated along the line
+    # the machine slows down 1.5x; only large windows run now, yet small ones follow
+    for _ in range(30):
+        for window in (32, 48):
+            costs.observe(window, 1.5 * (0.040 + 0.006 * window))
+    assert costs.predict(14) == pytest.approx(1.5 * 0.124, rel=0.02)
+    one = CostModel()
+    one.observe(20, 0.2)  # one shape only: cost per frame times the window
+    assert one.predict(40) == pytest.approx(0.4)

@@ -14,27 +14,43 @@ from .chunked import FRAME_S, SAMPLE_RATE, Policy
 
 
 class CostModel:
-    """Seconds per call by generator window size (frames), learned from every call."""
+    """Seconds per call as a function of the generator window (frames), learned from every call.
 
-    def __init__(self) -> None:
-        self._seconds: dict[int, float] = {}
+    A line, fixed cost plus cost per frame, fitted by least squares over the calls seen, older
+    ones fading (each call weighs ``forget`` times less than the next). One line for every
+    window size means every call, of whatever shape, updates every prediction: when the
+    machine slows down, the cost of a shape that has not run for a while follows.
+    """
+
+    def __init__(self, forget: float = 0.85) -> None:
+        self.forget = forget
+        self._sums = [0.0] * 5  # weight, x, y, xx, xy
         self._lock = threading.Lock()
 
     def observe(self, window: int, seconds: float) -> None:
+        x, y = float(window), float(seconds)
         with self._lock:
-            old = self._seconds.get(window)
-            self._seconds[window] = seconds if old is None else 0.7 * old + 0.3 * seconds
+            self._sums = [s * self.forget + d for s, d in zip(self._sums, (1.0, x, y, x * x, x * y))]
+
+    @property
+    def seen(self) -> bool:
+        return self._sums[0] > 0.0
 
     def predict(self, window: int) -> float:
-        """Measured for this size, else scaled from the nearest measured size (a fixed cost
-        per call makes that pessimistic for larger windows, which is the safe side)."""
+        """The fitted line at ``window``; with too little spread in the calls seen, their mean
+        cost per frame times ``window`` (a fixed cost per call makes that pessimistic for
+        larger windows, the safe side)."""
         with self._lock:
-            if window in self._seconds:
-                return self._seconds[window]
-            if not self._seconds:
-                return 0.01 * window  # a guess, overwritten by the first measurement
-            near = min(self._seconds, key=lambda w: abs(w - window))
-            return self._seconds[near] * window / near
+            w, sx, sy, sxx, sxy = self._sums
+        if w == 0.0:
+            return 0.01 * window  # a guess, replaced by the first measurement
+        spread = w * sxx - sx * sx
+        if spread > 1e-9 * max(1.0, w * sxx):
+            slope = (w * sxy - sx * sy) / spread
+            fixed = (sy - slope * sx) / w
+            if slope > 0 and fixed >= 0:
+                return fixed + slope * window
+        return sy / sx * window
 
 
 class Pacer:

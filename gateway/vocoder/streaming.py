@@ -67,7 +67,8 @@ class StreamingVocoder:
         self._stats = {v: dict(s) for v, s in stats.items()}
         self.statistics = tuple(statistics)
         self.policy = policy
-        self.costs = CostModel()  # seeded by warm_up(), refined by every streamed chunk
+        self.costs = CostModel()  # frozen chunks: seeded by warm_up(), refined by every chunk
+        self.exact_costs = CostModel()  # exact calls (whole segments, or the rest of one)
         self.report: BuildReport | None = None
         # what add_voice() needs to calibrate a voice later (set by build())
         self._digest, self._cache_dir = "", None
@@ -146,7 +147,7 @@ class StreamingVocoder:
         """The same sessions, statistics and measured costs under another policy."""
         other = StreamingVocoder(self._encoder, self._exact, self._frozen, self._stats,
                                  self.statistics, policy)
-        other.costs, other.report = self.costs, self.report
+        other.costs, other.exact_costs, other.report = self.costs, self.exact_costs, self.report
         other._digest, other._cache_dir = self._digest, self._cache_dir
         other._vocab, other._sentences, other.stop = self._vocab, self._sentences, self.stop
         return other
@@ -212,11 +213,11 @@ class StreamingVocoder:
         if stop <= start:
             return
         in_time = (mode == "frozen-first" and frozen_frames is None
-                   and buffered_s >= p.safety * self.costs.predict(enc.frames))
+                   and buffered_s >= p.safety * self.predict_exact(enc.frames))
         if mode == "exact" or stop - start <= p.exact_below or in_time:
             t0 = time.perf_counter()
             audio, window = runner.run(0, enc.frames, exact=True)  # the whole model's statistics
-            self.costs.observe(window, time.perf_counter() - t0)  # teaches predict() long windows
+            self.exact_costs.observe(window, time.perf_counter() - t0)
             yield audio[start * FRAME:stop * FRAME]
             return
         yield from self._stream(runner, start, stop, mode == "frozen-first", frozen_frames, buffered_s)
@@ -254,7 +255,7 @@ class StreamingVocoder:
             if last:
                 t0 = time.perf_counter()
                 rest, window = runner.run(end - p.crossfade, stop, exact=True, to_end=True)
-                self.costs.observe(window, time.perf_counter() - t0)
+                self.exact_costs.observe(window, time.perf_counter() - t0)
                 rest[: len(held)] = fade(held, rest[: len(held)])
                 yield rest
                 return
@@ -272,7 +273,12 @@ class StreamingVocoder:
         # audio in hand, beyond what has played, once this chunk is done (playback starts
         # with the first chunk)
         ahead = chunk_s if pacer.first is None else pacer.ahead_s() - done_in + chunk_s
-        return ahead >= p.safety * pacer.costs.predict(rest_window)
+        return ahead >= p.safety * self.predict_exact(rest_window)
+
+    def predict_exact(self, window: int) -> float:
+        """Seconds for one exact call over ``window`` frames: learned from exact calls once
+        there were some, else from the frozen chunks (about the same cost per frame)."""
+        return (self.exact_costs if self.exact_costs.seen else self.costs).predict(window)
 
 
 def _check_mode(mode: str) -> None:
