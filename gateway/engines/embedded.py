@@ -354,7 +354,8 @@ class EmbeddedEngine:
         if voice in vocoder.voices:
             return vocoder
         if voice not in self._vocoder_tasks and self._vocoder_pool is not None:
-            log.info("calibrating the streaming vocoder for %s in the background", voice)
+            log.info("preparing the streaming vocoder for %s in the background (cached "
+                     "statistics, or a calibration of about 12 s)", voice)
             self._vocoder_tasks[voice] = self._in_vocoder_pool(
                 voice, vocoder.add_voice, voice, model.styles[voice])
         return None
