@@ -50,6 +50,10 @@ class Settings:
     # waits for, exact model for the rest), frozen, exact (whole segments), off (don't build it)
     embedded_vocoder: str = "frozen-first"
     embedded_vocoder_cache: str = ""  # per-voice statistics cache; empty: ~/.cache/kokoro-gateway
+    # segments whose audio (silence trimmed) is shorter than this go to the exact vocoder in one
+    # call even when streaming: frozen statistics drift on short ones ("Sure!": -8 dB, 4 dB of
+    # timbre) and their whole synthesis is short anyway (docs/STREAMING_VOCODER.md)
+    embedded_vocoder_exact_below_s: float = 2.0
 
     # fake engine (tests and capacity runs only)
     fake_rtf: float = 0.0  # seconds of compute per second of audio; 0 = instant

@@ -118,7 +118,9 @@ def test_vocoder_off_offers_no_modes_and_says_so() -> None:
     on = EmbeddedEngine(Settings())
     assert on.vocoder_modes == ("exact", "frozen", "frozen-first")
     assert on.vocoder_status == {"mode": "frozen-first", "state": "waiting for start", "build_s": None,
-                                 "voices": []}
+                                 "exact_below_s": 2.0, "voices": []}
+    with pytest.raises(ValueError, match="exact_below"):
+        EmbeddedEngine(Settings(embedded_vocoder_exact_below_s=-1))
 
 
 @pytest.mark.slow

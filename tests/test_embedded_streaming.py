@@ -76,6 +76,14 @@ async def test_a_listener_with_audio_in_hand_gets_one_exact_call(engine: Embedde
     assert abs(len(calm[0]) - sum(len(c) for c in waiting)) / RATE < 0.06
 
 
+async def test_a_short_segment_goes_exact_in_one_call(engine: EmbeddedEngine) -> None:
+    # under embedded_vocoder_exact_below_s (2 s) of audio the frozen voice drifts most, and
+    # the whole segment is quick anyway: one exact call, whatever streaming mode was asked
+    for mode in ("frozen-first", "frozen"):
+        short = await chunks_of(engine, "Sure!", vocoder=mode)
+        assert len(short) == 1 and 0.2 < len(short[0]) / RATE < 2.0
+
+
 async def test_closing_mid_segment_starts_no_more_chunks(engine: EmbeddedEngine) -> None:
     before = engine.calls
     agen = engine.synthesize(SENTENCE, voice=engine.default_voice, speed=1.0, vocoder="frozen")

@@ -205,6 +205,8 @@ class EmbeddedEngine:
             raise ValueError(f"embedded_g2p must be one of {', '.join(ROUTES)}")
         if settings.embedded_vocoder not in (*VOCODER_MODES, "off"):
             raise ValueError(f"embedded_vocoder must be one of {', '.join(VOCODER_MODES)} or off")
+        if not 0 <= settings.embedded_vocoder_exact_below_s <= 30:
+            raise ValueError("embedded_vocoder_exact_below_s must be between 0 and 30 seconds")
         if settings.default_voice and settings.default_voice not in VOICE_IDS:
             raise ValueError(
                 f"default_voice {settings.default_voice!r} is not an embedded voice; "
@@ -299,6 +301,7 @@ class EmbeddedEngine:
         vocoder = self._vocoder
         return {"mode": self.settings.embedded_vocoder, "state": self._vocoder_state,
                 "build_s": self._vocoder_build_s,
+                "exact_below_s": self.settings.embedded_vocoder_exact_below_s,
                 "voices": sorted(vocoder.voices) if vocoder is not None else []}
 
     async def wait_vocoder(self, voice: str = "") -> bool:
@@ -332,13 +335,15 @@ class EmbeddedEngine:
         return future
 
     def _build_vocoder(self, model: KokoroModel) -> None:
-        from ..vocoder import StreamingVocoder, default_cache_dir
+        from ..vocoder import Policy, StreamingVocoder, default_cache_dir
+        from ..vocoder.chunked import FRAME_S
 
         s, voice = self.settings, self.default_voice
         t0 = time.perf_counter()
+        exact_below = round(s.embedded_vocoder_exact_below_s / FRAME_S)
         vocoder = StreamingVocoder.build(
             load_model_bytes(), {voice: model.styles[voice]}, threads=s.embedded_threads,
-            vocab=model.vocab, stop=self._vocoder_stop,
+            vocab=model.vocab, stop=self._vocoder_stop, policy=Policy(exact_below=exact_below),
             cache_dir=Path(s.embedded_vocoder_cache) if s.embedded_vocoder_cache else default_cache_dir(),
         )
         self._vocoder_build_s = round(time.perf_counter() - t0, 2)

@@ -70,7 +70,9 @@ class Policy:
     margin: float = 1.25  # a chunk must be predicted to finish this many times over in time
     max_first: int = 16  # the opening chunk's largest size, however loaded the machine
     safety: float = 1.5  # the same for the exact rest of frozen-first (one long call)
-    exact_below: int = 0  # spans this short (frames) go exact in one call, even when streaming
+    # spans this short (frames) go exact in one call, even when streaming: frozen statistics,
+    # pooled over sentences, are far from a short exclamation's own (its padding dominates)
+    exact_below: int = 0
 
 
 def phase_offset(f0: np.ndarray, start: int) -> np.ndarray:
