@@ -110,7 +110,7 @@ def parse_options(raw: Mapping[str, Any], settings: Settings, engine: Engine) ->
         raise BadRequest(f"envelope must be one of {', '.join(ENVELOPES)}, got {envelope!r}", code="invalid_option")
     vocoder = str(raw.get("vocoder") or "").lower()
     if vocoder:
-        modes = getattr(engine, "vocoder_modes", ())
+        modes = engine.vocoder_modes
         if not modes:
             raise BadRequest(
                 f"vocoder: the {engine.name} engine cannot stream inside a sentence "

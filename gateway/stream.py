@@ -221,7 +221,7 @@ class StreamSession:
 
     def default_vocoder(self) -> str | None:
         """The engine's vocoder mode when the request names none (None: the engine has none)."""
-        if not getattr(self.engine, "vocoder_modes", ()):
+        if not self.engine.vocoder_modes:
             return None
         return self.settings.embedded_vocoder
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib.resources
 import json
 import time
@@ -77,6 +78,7 @@ def test_cache_round_trip_and_incomplete_files(tmp_path: Path) -> None:
     stats = (Statistic("norm.000.mean", "mean", ""),)
     data = {"norm.000.mean": np.ones((1, 2, 1), np.float32)}
     digest = calibrate.model_digest(b"model")
+    assert calibrate.model_digest(b"model", hashlib.sha256(b"model").hexdigest()) == digest  # a known hash
     path = calibrate.cache_path(tmp_path, digest, "a")
     assert calibrate.load_cached(path, stats) is None  # no file yet
     calibrate.save_cached(path, data)

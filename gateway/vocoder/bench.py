@@ -24,7 +24,7 @@ import numpy as np
 
 from .calibrate import default_cache_dir
 from .chunked import FRAME, ChunkRunner, Encoded, voiced_span
-from .measure import Distance, distance, worst_join_ratio
+from .measure import Distance, distance, summary, worst_join_ratio
 from .streaming import StreamingVocoder
 
 log = logging.getLogger(__name__)
@@ -47,11 +47,9 @@ def _load() -> tuple[bytes, dict[str, np.ndarray], dict[str, int]]:
 
 
 def _mean(rows: Sequence[Distance]) -> str:
-    lsd = statistics.fmean(d.lsd_db for d in rows)
-    timbre = statistics.fmean(d.timbre_db for d in rows)
-    loud = [d.loudness_db for d in rows]
-    return (f"LSD {lsd:5.2f} dB  timbre {timbre:4.2f} dB  loudness {statistics.fmean(loud):+5.2f} dB "
-            f"(worst {max(loud, key=abs):+5.2f})")
+    s = summary(rows)
+    return (f"LSD {s['lsd_db']:5.2f} dB  timbre {s['timbre_db']:4.2f} dB  loudness "
+            f"{s['loudness_db']:+5.2f} dB (worst {s['loudness_worst_db']:+5.2f})")
 
 
 class Bench:

@@ -123,8 +123,9 @@ def default_cache_dir() -> Path:
     return Path(base) / "kokoro-gateway"
 
 
-def model_digest(model_bytes: bytes) -> str:
-    return hashlib.sha256(model_bytes).hexdigest()[:16]
+def model_digest(model_bytes: bytes, sha256: str | None = None) -> str:
+    """The cache key of a model: its SHA-256 (``sha256`` when the caller has it), shortened."""
+    return (sha256 or hashlib.sha256(model_bytes).hexdigest())[:16]
 
 
 def cache_path(cache_dir: Path, digest: str, voice: str, sentences: Sequence[str] = SENTENCES) -> Path:

@@ -17,6 +17,7 @@ dilute the figures.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -79,6 +80,14 @@ def distance(reference: np.ndarray, test: np.ndarray) -> Distance:
     timbre = float(np.sqrt(np.mean((ltas(ref[voiced]) - ltas(tst[voiced])) ** 2)))
     loud = float(10 * np.log10(tst[voiced].sum() / max(ref[voiced].sum(), 1e-20)))
     return Distance(lsd, timbre, loud)
+
+
+def summary(rows: Sequence[Distance]) -> dict[str, float]:
+    """Means over ``rows`` (one per sentence), and the loudness difference furthest from 0."""
+    loud = [d.loudness_db for d in rows]
+    return {"lsd_db": float(np.mean([d.lsd_db for d in rows])),
+            "timbre_db": float(np.mean([d.timbre_db for d in rows])),
+            "loudness_db": float(np.mean(loud)), "loudness_worst_db": max(loud, key=abs)}
 
 
 def align(reference: np.ndarray, test: np.ndarray, max_lag: int = 1200) -> np.ndarray:

@@ -80,14 +80,16 @@ class StreamingVocoder:
     def build(cls, model_bytes: bytes, voices: Mapping[str, np.ndarray], *, threads: int = 2,
               cache_dir: Path | None = None, vocab: Mapping[str, int] | None = None,
               policy: Policy = Policy(), calibration: Sequence[str] = calibrate.SENTENCES,
-              stop: threading.Event | None = None) -> "StreamingVocoder":
+              stop: threading.Event | None = None, sha256: str | None = None,
+              ) -> "StreamingVocoder":
         """Split ``model_bytes`` (the whole Kokoro ONNX model), make sessions, get statistics.
 
         ``voices`` maps a voice id to its style pack ([510, 1, 256] or [510, 256]); these are
         calibrated now, others later with ``add_voice``. With ``cache_dir`` each voice's
         statistics are cached there, keyed by the model's SHA-256, the voice and the
         ``calibration`` sentences (Kokoro phonemes). ``stop`` becomes the vocoder's ``stop``:
-        set, it ends the build's calibration with ``calibrate.Stopped``.
+        set, it ends the build's calibration with ``calibrate.Stopped``. ``sha256``: the
+        model's hash when the caller has checked it already (else it is computed here).
         """
         import onnx
 
@@ -103,7 +105,7 @@ class StreamingVocoder:
         frozen = _session(parts.frozen.SerializeToString(), threads)
         t2 = time.perf_counter()
         self = cls(encoder, exact, frozen, {}, parts.statistics, policy)
-        self._digest, self._cache_dir = calibrate.model_digest(model_bytes), cache_dir
+        self._digest, self._cache_dir = calibrate.model_digest(model_bytes, sha256), cache_dir
         self._vocab, self._sentences = vocab or _default_vocab(), tuple(calibration)
         if stop is not None:
             self.stop = stop
