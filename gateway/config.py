@@ -44,9 +44,10 @@ class Settings:
     # the producer waits while the listener holds more than this much audio (s) beyond what
     # the next segments are forecast to take at the engine's live speed (0 = never waits)
     lookahead_s: float = 20.0
-    # forecasts of compute time are stretched by this before sizing preroll_ms and choosing
-    # whether a segment can go to the exact vocoder: machines are noisy
-    preroll_safety: float = 1.25
+    # forecasts of compute time are stretched by at least this before sizing preroll_ms and
+    # choosing whether a segment can go to the exact vocoder; more when calls have been
+    # running over their forecasts (speed.LiveSpeed.safety): machines are noisy
+    preroll_safety: float = 1.15
     # identical segments share one synthesis; finished ones are kept (PCM, LRU) up to this size
     cache_mb: float = 64.0
     # spoken once after start-up (in the background) to measure the engine's speed before the

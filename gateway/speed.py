@@ -31,6 +31,8 @@ class _Mode:
     first_frac: float = 1.0  # decayed mean share of a call's time before its first audio
     weight: float = 0.0
     calls: int = 0
+    # decayed mean square of how far calls ran over their forecast (0.2: 20% slower)
+    overrun_sq: float = 0.0
 
 
 class LiveSpeed:
@@ -49,6 +51,9 @@ class LiveSpeed:
             return
         m = self._modes.setdefault(mode or DEFAULT, _Mode(CostModel(self.forget)))
         f = self.forget
+        if m.calls:  # how wrong the forecast was, before this call moves it
+            over = max(0.0, wall_s / max(m.costs.predict(audio_s), 1e-6) - 1.0)  # type: ignore[arg-type]
+            m.overrun_sq = (m.overrun_sq * m.weight * f + over * over) / (m.weight * f + 1.0)
         m.costs.observe(audio_s, wall_s)  # type: ignore[arg-type]  # the line takes any number
         m.wall, m.audio = m.wall * f + wall_s, m.audio * f + audio_s
         m.first_frac = (m.first_frac * m.weight * f + min(1.0, first_s / wall_s)) / (m.weight * f + 1.0)
@@ -77,6 +82,14 @@ class LiveSpeed:
             return self.prior_rtf * audio_s
         return max(m.costs.predict(audio_s), 0.0)  # type: ignore[arg-type]
 
+    def safety(self, mode: str | None, floor: float) -> float:
+        """The factor to stretch forecasts by: ``floor`` on a steady machine, more when calls
+        have been running over their forecast (a player's buffer that follows the engine,
+        as WebRTC's jitter buffer follows the network), at most 2."""
+        m = self._mode(mode)
+        spread = m.overrun_sq ** 0.5 if m is not None else 0.0
+        return min(2.0, max(floor, 1.0 + 2.0 * spread))
+
     def first_fraction(self, mode: str | None) -> float:
         """The share of a call's time that passes before its first audio (1: whole segments)."""
         m = self._mode(mode)
@@ -91,5 +104,6 @@ class LiveSpeed:
     def snapshot(self) -> dict[str, Any]:
         """For /readyz and /metrics: per mode, the smoothed RTF and the calls it rests on."""
         return {name: {"rtf": round(m.wall / m.audio, 3), "calls": m.calls,
-                       "first_fraction": round(m.first_frac, 3)}
+                       "first_fraction": round(m.first_frac, 3),
+                       "overrun": round(m.overrun_sq ** 0.5, 3)}
                 for name, m in self._modes.items() if m.audio > 0}

@@ -155,7 +155,8 @@ class Utterance:
             return requested
         speed = self.session.hub.speed
         need = speed.predict("exact", speed.audio_s(text, self.session.options.speed))
-        return "exact" if self.buffered_s() >= self.session.settings.preroll_safety * need else requested
+        safety = speed.safety("exact", self.session.settings.preroll_safety)
+        return "exact" if self.buffered_s() >= safety * need else requested
 
     def _forecast_texts(self, current: str | None) -> list[str]:
         texts = [current] if current else []
@@ -179,7 +180,7 @@ class Utterance:
         speed, o = sess.hub.speed, sess.options
         need = sum(speed.predict(sess.requested_vocoder(), speed.audio_s(t, o.speed))
                    for t in list(self.pending)[: max(1, sess.settings.lookahead)])
-        excess = self.buffered_s() - horizon - sess.settings.preroll_safety * need
+        excess = self.buffered_s() - horizon - speed.safety(sess.requested_vocoder(), sess.settings.preroll_safety) * need
         if excess > 0:
             await asyncio.sleep(excess)
 
@@ -276,7 +277,7 @@ class StreamSession:
         speed = self.hub.speed
         segments = forecast(texts, lambda t: speed.audio_s(t, self.options.speed),
                             lambda a: speed.predict(mode, a), speed.first_fraction(mode))
-        return round(1000 * preroll_s(segments, held_s, self.settings.preroll_safety))
+        return round(1000 * preroll_s(segments, held_s, speed.safety(mode, self.settings.preroll_safety)))
 
     def default_vocoder(self) -> str | None:
         """The engine's vocoder mode when the request names none (None: the engine has none)."""

@@ -159,3 +159,13 @@ async def test_ready_carries_preroll_ms_for_the_text_it_was_given(start_server, 
     r = await sse_stream(http, server.url + "/v1/stream/sse", text=TEXT, format="pcm")
     ready = r.of("ready")[0]
     assert ready["preroll_ms"] > 0 and ready["cache"] is True
+
+
+def test_safety_grows_when_calls_run_over_their_forecast() -> None:
+    speed = LiveSpeed(forget=0.7)
+    for _ in range(6):
+        speed.observe("exact", 2.0, 1.0, 1.0)
+    assert speed.safety("exact", 1.15) == 1.15  # steady: the floor
+    for wall in (1.6, 0.9, 1.8, 1.0):
+        speed.observe("exact", 2.0, wall, wall)
+    assert 1.3 < speed.safety("exact", 1.15) <= 2.0
