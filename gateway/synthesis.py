@@ -166,18 +166,26 @@ class SynthesisHub:
         return flight.follow()
 
     async def warm_up(self, text: str, voice: str) -> None:
-        """Measure the engine's speed once (exact mode where it has modes); never raises."""
-        mode = "exact" if self.engine.vocoder_modes else None
-        t0 = time.perf_counter()
-        try:
-            async with contextlib.aclosing(self.synthesize(text, voice=voice, speed=1.0, mode=mode,
-                                                           share=False)) as chunks:
-                async for _ in chunks:
-                    pass
-        except Exception as exc:
-            log.warning("speed warm-up failed (%s); the first requests assume real time", exc)
-            return
-        log.info("engine speed measured in %.2f s: RTF %.3f", time.perf_counter() - t0, self.speed.rtf(mode))
+        """Measure the engine's speed once per mode a session uses by default (whole segments,
+        and streamed inside a segment where the engine can); never raises. Waits for the
+        engine's background work (the streaming vocoder's build) so as not to measure it."""
+        modes: tuple[str | None, ...] = (None,)
+        if self.engine.vocoder_modes:
+            wait = getattr(self.engine, "wait_vocoder", None)
+            streams = bool(await wait(voice)) if wait is not None else True
+            modes = ("exact", "frozen-first") if streams else ("exact",)
+        for mode in modes:
+            t0 = time.perf_counter()
+            try:
+                synth = self.synthesize(text, voice=voice, speed=1.0, mode=mode, share=False)
+                async with contextlib.aclosing(synth) as chunks:
+                    async for _ in chunks:
+                        pass
+            except Exception as exc:
+                log.warning("speed warm-up failed (%s); the first requests assume real time", exc)
+                return
+            log.info("engine speed measured in %.2f s%s: RTF %.3f", time.perf_counter() - t0,
+                     f" ({mode})" if mode else "", self.speed.rtf(mode))
 
     def _count(self, outcome: str) -> None:
         if self.metrics is not None:
