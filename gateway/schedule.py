@@ -15,7 +15,10 @@ the text known now: a language model's reply can still outrun it, which is why e
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from .speed import LiveSpeed
 
 PIECE_S = 0.25  # a streamed segment is modelled as pieces of this much audio
 
@@ -72,12 +75,13 @@ def preroll_s(segments: Sequence[Forecast], held_s: float = 0.0, safety: float =
     return held
 
 
-def forecast(texts: Sequence[str], audio_of: Callable[[str], float],
-             compute_of: Callable[[float], float], first_fraction: float) -> list[Forecast]:
-    """Forecasts for ``texts`` from a text -> audio seconds and an audio -> compute estimate."""
+def forecast(texts: Sequence[str], modes: Sequence[str | None], speed: "LiveSpeed",
+             rate: float = 1.0) -> list[Forecast]:
+    """Forecasts for ``texts``, each made in its mode of ``modes``, at ``speed``; ``rate`` is
+    the speaking rate asked for (``speed`` option)."""
     out = []
-    for text in texts:
-        audio = audio_of(text)
+    for text, mode in zip(texts, modes):
+        audio = speed.audio_s(text, rate)
         if audio > 0:
-            out.append(Forecast(audio, compute_of(audio), first_fraction))
+            out.append(Forecast(audio, speed.predict(mode, audio), speed.first_fraction(mode)))
     return out

@@ -31,8 +31,6 @@ class _Mode:
     first_frac: float = 1.0  # decayed mean share of a call's time before its first audio
     weight: float = 0.0
     calls: int = 0
-    # decayed mean square of how far calls ran over their forecast (0.2: 20% slower)
-    overrun_sq: float = 0.0
 
 
 class LiveSpeed:
@@ -43,6 +41,9 @@ class LiveSpeed:
         self.prior_rtf = prior_rtf
         self._modes: dict[str, _Mode] = {}
         self._chars = [0.0, 0.0]  # decayed audio seconds x speed, characters
+        # decayed mean square of how far calls of any mode ran over their forecast (0.2: 20%
+        # slower): the machine's state, so a slowdown seen in one mode counts for all
+        self._overrun = [0.0, 0.0]  # weight, sum of squares
 
     def observe(self, mode: str | None, audio_s: float, wall_s: float, first_s: float,
                 *, chars: int = 0, speed: float = 1.0) -> None:
@@ -53,7 +54,8 @@ class LiveSpeed:
         f = self.forget
         if m.calls:  # how wrong the forecast was, before this call moves it
             over = max(0.0, wall_s / max(m.costs.predict(audio_s), 1e-6) - 1.0)  # type: ignore[arg-type]
-            m.overrun_sq = (m.overrun_sq * m.weight * f + over * over) / (m.weight * f + 1.0)
+            w, sq = self._overrun
+            self._overrun = [w * f + 1.0, sq * f + over * over]
         m.costs.observe(audio_s, wall_s)  # type: ignore[arg-type]  # the line takes any number
         m.wall, m.audio = m.wall * f + wall_s, m.audio * f + audio_s
         m.first_frac = (m.first_frac * m.weight * f + min(1.0, first_s / wall_s)) / (m.weight * f + 1.0)
@@ -82,13 +84,16 @@ class LiveSpeed:
             return self.prior_rtf * audio_s
         return max(m.costs.predict(audio_s), 0.0)  # type: ignore[arg-type]
 
-    def safety(self, mode: str | None, floor: float) -> float:
+    def overrun(self) -> float:
+        """RMS of how far recent calls (any mode) ran over their forecast: 0.0 when on time."""
+        w, sq = self._overrun
+        return (sq / w) ** 0.5 if w > 0 else 0.0
+
+    def safety(self, floor: float) -> float:
         """The factor to stretch forecasts by: ``floor`` on a steady machine, more when calls
         have been running over their forecast (a player's buffer that follows the engine,
         as WebRTC's jitter buffer follows the network), at most 2."""
-        m = self._mode(mode)
-        spread = m.overrun_sq ** 0.5 if m is not None else 0.0
-        return min(2.0, max(floor, 1.0 + 2.0 * spread))
+        return min(2.0, max(floor, 1.0 + 2.0 * self.overrun()))
 
     def first_fraction(self, mode: str | None) -> float:
         """The share of a call's time that passes before its first audio (1: whole segments)."""
@@ -103,7 +108,9 @@ class LiveSpeed:
 
     def snapshot(self) -> dict[str, Any]:
         """For /readyz and /metrics: per mode, the smoothed RTF and the calls it rests on."""
-        return {name: {"rtf": round(m.wall / m.audio, 3), "calls": m.calls,
-                       "first_fraction": round(m.first_frac, 3),
-                       "overrun": round(m.overrun_sq ** 0.5, 3)}
-                for name, m in self._modes.items() if m.audio > 0}
+        out: dict[str, Any] = {name: {"rtf": round(m.wall / m.audio, 3), "calls": m.calls,
+                                      "first_fraction": round(m.first_frac, 3)}
+                               for name, m in self._modes.items() if m.audio > 0}
+        if out:
+            out["overrun"] = round(self.overrun(), 3)
+        return out

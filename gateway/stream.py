@@ -147,16 +147,33 @@ class Utterance:
 
     # -- scheduling from the engine's live speed ------------------------------------------
     def _mode_for(self, text: str) -> str | None:
-        """The vocoder mode for this segment: ``frozen-first`` streams inside a segment only
-        when the listener would otherwise wait, so a segment whose whole synthesis is forecast
-        to finish while the listener still has audio goes exact (less compute, exact sound)."""
+        """The vocoder mode for this segment. ``frozen-first`` streams inside a segment only
+        when it pays: a segment whose whole synthesis is forecast to finish while the listener
+        still has audio goes exact (less compute, exact sound), and so does every segment after
+        the first when even streamed synthesis is slower than real time (the player holds a
+        preroll then, and the exact path, which costs less, fills it sooner)."""
         requested = self.session.requested_vocoder()
         if requested != "frozen-first":
             return requested
         speed = self.session.hub.speed
+        safety = speed.safety(self.session.settings.preroll_safety)
         need = speed.predict("exact", speed.audio_s(text, self.session.options.speed))
-        safety = speed.safety("exact", self.session.settings.preroll_safety)
-        return "exact" if self.buffered_s() >= safety * need else requested
+        if self.buffered_s() >= safety * need:
+            return "exact"
+        if self.t_first_audio is not None and self._streaming_too_slow():
+            return "exact"
+        return requested
+
+    def _streaming_too_slow(self) -> bool:
+        speed = self.session.hub.speed
+        return speed.rtf("frozen-first") * speed.safety(self.session.settings.preroll_safety) >= 1.0
+
+    def _later_mode(self) -> str | None:
+        """The mode a segment after this one is forecast to get."""
+        requested = self.session.requested_vocoder()
+        if requested == "frozen-first" and self._streaming_too_slow():
+            return "exact"
+        return requested
 
     def _forecast_texts(self, current: str | None) -> list[str]:
         texts = [current] if current else []
@@ -167,8 +184,10 @@ class Utterance:
 
     def preroll_ms(self, current: str | None, mode: str | None) -> int:
         """``preroll_ms`` for a player now: see ``schedule.preroll_s``."""
-        sess = self.session
-        return sess.preroll_ms(self._forecast_texts(current), self.buffered_s(), mode)
+        texts = self._forecast_texts(current)
+        later = self._later_mode()
+        modes = [mode if current and k == 0 else later for k in range(len(texts))]
+        return self.session.preroll_ms(texts, self.buffered_s(), modes)
 
     async def _wait_for_listener(self) -> None:
         """Far enough ahead of the listener (``lookahead_s`` beyond what the next segments are
@@ -180,7 +199,7 @@ class Utterance:
         speed, o = sess.hub.speed, sess.options
         need = sum(speed.predict(sess.requested_vocoder(), speed.audio_s(t, o.speed))
                    for t in list(self.pending)[: max(1, sess.settings.lookahead)])
-        excess = self.buffered_s() - horizon - speed.safety(sess.requested_vocoder(), sess.settings.preroll_safety) * need
+        excess = self.buffered_s() - horizon - speed.safety(sess.settings.preroll_safety) * need
         if excess > 0:
             await asyncio.sleep(excess)
 
@@ -264,20 +283,20 @@ class StreamSession:
             "chunking": o.chunking,
             "engine": self.engine.name,
             "vocoder": o.vocoder or self.default_vocoder(),
-            "preroll_ms": self.preroll_ms(texts, 0.0, self.requested_vocoder()),
+            "preroll_ms": self.preroll_ms(texts, 0.0, [self.requested_vocoder()] * len(texts)),
             "cache": o.cache,
         }
 
     def requested_vocoder(self) -> str | None:
         return self.options.vocoder or self.default_vocoder()
 
-    def preroll_ms(self, texts: list[str], held_s: float, mode: str | None) -> int:
+    def preroll_ms(self, texts: list[str], held_s: float, modes: list[str | None]) -> int:
         """Audio (ms) a player should hold before it starts or resumes, for ``texts`` still
-        to come and ``held_s`` of audio it has not heard, at the engine's live speed."""
+        to come (each synthesized in its mode of ``modes``) and ``held_s`` of audio it has
+        not heard, at the engine's live speed."""
         speed = self.hub.speed
-        segments = forecast(texts, lambda t: speed.audio_s(t, self.options.speed),
-                            lambda a: speed.predict(mode, a), speed.first_fraction(mode))
-        return round(1000 * preroll_s(segments, held_s, speed.safety(mode, self.settings.preroll_safety)))
+        segments = forecast(texts, modes, speed, self.options.speed)
+        return round(1000 * preroll_s(segments, held_s, speed.safety(self.settings.preroll_safety)))
 
     def default_vocoder(self) -> str | None:
         """The engine's vocoder mode when the request names none (None: the engine has none)."""

@@ -165,7 +165,8 @@ def test_safety_grows_when_calls_run_over_their_forecast() -> None:
     speed = LiveSpeed(forget=0.7)
     for _ in range(6):
         speed.observe("exact", 2.0, 1.0, 1.0)
-    assert speed.safety("exact", 1.15) == 1.15  # steady: the floor
+    assert speed.safety(1.15) == 1.15  # steady: the floor
     for wall in (1.6, 0.9, 1.8, 1.0):
         speed.observe("exact", 2.0, wall, wall)
-    assert 1.3 < speed.safety("exact", 1.15) <= 2.0
+    assert 1.3 < speed.safety(1.15) <= 2.0
+    assert speed.overrun() > 0.15 and speed.snapshot()["overrun"] == pytest.approx(speed.overrun(), abs=1e-3)
