@@ -102,7 +102,17 @@ function payloadsBase64(name) {
 // -- rendering ------------------------------------------------------------------------------
 const fmtMs = (v) => (v === null || v === undefined ? '–' : `${Math.round(v)} ms`);
 const pct = (v) => (v === null || v === undefined ? '–' : `${v >= 0 ? '+' : ''}${v.toFixed(1)}%`);
+const num = (n) => Math.round(n).toLocaleString('en-US');
 const kb = (n) => (n >= 10000 ? `${(n / 1000).toFixed(1)} kB` : `${n} B`);
+
+/** e.g. "1,240 ms asked, 1,300 ms held at start": the server's preroll and what the player held. */
+function prerollText(s) {
+  if (s.startHeldMs === null) return `${num(s.prerollMs)} ms asked, not started`;
+  const later = s.prerollMs !== s.startPrerollMs || s.prerollMaxMs !== s.startPrerollMs
+    ? ` (latest ${num(s.prerollMs)}, at most ${num(s.prerollMaxMs)})` : '';
+  const again = s.rebuffers ? `; held again ${s.rebuffers}×` : '';
+  return `${num(s.startPrerollMs)} ms asked, ${num(s.startHeldMs)} ms held at start${later}${again}`;
+}
 
 const ROWS = {
   ttfb: (s) => `${fmtMs(s.ttfbMs)}${s.done && s.done.ttfb_ms != null ? ` (server ${Math.round(s.done.ttfb_ms)} ms)` : ''}`,
@@ -119,6 +129,7 @@ const ROWS = {
   decode: (s) => (s.format === 'mp3'
     ? `${s.decode.failures} failures in ${s.decode.payloads} payloads${s.decode.singleFrameFailures ? ` (${s.decode.singleFrameFailures} of one whole frame: too short to probe)` : ''}; ${s.decode.lostSamples} samples lost (${s.decode.lostPct}%)`
     : '–'),
+  preroll: (s) => prerollText(s),
   gaps: (s) => `${s.gaps.length} (${Math.round(s.gaps.reduce((a, g) => a + g.ms, 0))} ms)`,
   state: (s) => `${s.state}${s.reused ? ' (same socket)' : ''}${s.cancel ? `; silent ${fmtMs(s.cancel.silentMs)} after stop` : ''}${s.error ? `: ${s.error.code} ${s.error.message}` : ''}`,
 };

@@ -29,14 +29,32 @@ export class Graph {
 
 export const isSilent = (rms) => rms < SILENCE_RMS;
 
-/** MediaSource `audio/mpeg`: appends whole payloads in order, ends the stream after the last. */
+/**
+ * Holding back playback. The server says how much audio to hold (`preroll_ms`) before playback
+ * starts, or resumes after running dry, so that it will not run dry again; 0 when the engine
+ * keeps ahead. After running dry the players also wait for RESUME_S at least, so that one
+ * payload at a time does not make them flap between playing and waiting. The MediaSource player
+ * pauses itself DRY_S before the end of what it holds: Chromium's renderer underflows with about
+ * 30 ms left, and after an underflow it wants several hundred ms more before it plays again.
+ */
+const DRY_S = 0.06; // ahead of the playhead: pause here, before Chromium's renderer underflows
+const RESUME_S = 0.1;
+
+/**
+ * MediaSource `audio/mpeg`: appends whole payloads in order, ends the stream after the last.
+ * Plays once it holds the preroll in force; pauses itself when about to run dry, until it does again.
+ */
 export class MsePlayer {
-  constructor(ctx, graph, stats) {
+  constructor(ctx, graph, stats, prerollMs = 0) {
     this.stats = stats;
     this.queue = [];
     this.finished = false;
     this.stopped = false;
     this.sb = null;
+    this.prerollS = prerollMs / 1000;
+    this.began = false; // play() was called once
+    this.holding = true; // paused by us, waiting for audio to hold
+    this.resuming = false; // play() called, `playing` not yet seen
     this.audio = new Audio();
     this.ms = new MediaSource();
     this.url = URL.createObjectURL(this.ms);
@@ -58,6 +76,7 @@ export class MsePlayer {
   watch() {
     const a = this.audio, st = this.stats;
     a.addEventListener('playing', () => {
+      this.resuming = false;
       if (st.firstPlayMs === null) st.firstPlayMs = st.now();
       if (this.stallAt !== undefined) {
         st.gaps.push({ atMs: this.stallAt, ms: st.now() - this.stallAt });
@@ -66,15 +85,20 @@ export class MsePlayer {
     });
     a.addEventListener('waiting', () => {
       // a stall after playback began and before the stream ended is a gap the listener hears
-      if (st.firstPlayMs !== null && !this.stopped && this.ms.readyState === 'open') this.stallAt = st.now();
+      if (this.playing() && this.ms.readyState === 'open') this.dry();
     });
     a.addEventListener('ended', () => { st.ended = true; st.endedMs = st.now(); });
     a.addEventListener('error', () => { st.errors.push(`audio element: ${a.error && a.error.message}`); });
   }
 
+  /** Playback began (the element said `playing` once) and was not stopped. */
+  playing() { return this.stats.firstPlayMs !== null && !this.stopped; }
+
+  setPreroll(ms) { this.prerollS = ms / 1000; this.resume(); }
+
   push(bytes) { this.queue.push(bytes); this.pump(); }
 
-  finish() { this.finished = true; this.pump(); }
+  finish() { this.finished = true; this.pump(); this.resume(); }
 
   pump() {
     if (!this.sb || this.sb.updating || this.stopped) return;
@@ -96,14 +120,54 @@ export class MsePlayer {
 
   afterAppend() {
     this.recordBuffered();
-    if (!this.playCalled && !this.stopped) {
-      this.playCalled = true;
-      this.audio.play().then(
-        () => { this.stats.playResolved = true; },
-        (err) => { this.stats.errors.push(`play(): ${err.name}`); },
-      );
-    }
+    this.resume();
     this.pump();
+  }
+
+  /** Seconds of audio buffered ahead of the playhead. */
+  ahead() {
+    const r = this.sb ? this.sb.buffered : null;
+    return r && r.length ? Math.max(0, r.end(r.length - 1) - this.audio.currentTime) : 0;
+  }
+
+  /** Play once enough is held: the preroll in force (at least RESUME_S after running dry). */
+  resume() {
+    if (!this.holding || this.stopped || !this.sb) return;
+    const ahead = this.ahead();
+    const need = this.began ? Math.max(this.prerollS, RESUME_S) : this.prerollS;
+    const all = this.finished && !this.queue.length && !this.sb.updating; // nothing more to come
+    if (!all && (ahead < need || ahead === 0)) return;
+    this.holding = false;
+    if (!this.began) this.started(ahead);
+    this.resuming = true; // until `playing`: the element may still wait for more on its own
+    this.audio.play().then(
+      () => { this.stats.playResolved = true; },
+      (err) => { if (err.name !== 'AbortError') this.stats.errors.push(`play(): ${err.name}`); },
+    );
+  }
+
+  started(ahead) {
+    const st = this.stats;
+    this.began = true;
+    st.startHeldMs = Math.round(ahead * 1000);
+    st.startPrerollMs = Math.round(this.prerollS * 1000);
+  }
+
+  /** Ran dry after playback began: count the gap, and unless the stream is over, hold again. */
+  dry() {
+    const st = this.stats;
+    if (this.stallAt === undefined) {
+      this.stallAt = st.now();
+      st.rebuffers += 1;
+    }
+    if (this.finished || this.holding || this.resuming) return;
+    this.holding = true;
+    this.audio.pause();
+  }
+
+  /** Called every few ms: pause before the element stalls on its own, between two payloads. */
+  tick() {
+    if (this.playing() && !this.holding && !this.finished && this.ahead() < DRY_S) this.dry();
   }
 
   recordBuffered() {
@@ -123,14 +187,21 @@ export class MsePlayer {
   }
 }
 
-/** s16le mono PCM over WebAudio: each payload becomes a buffer scheduled right after the last. */
+/**
+ * s16le mono PCM over WebAudio: each payload becomes a buffer scheduled right after the last.
+ * Buffers are held (not scheduled) until the preroll in force is queued: before the first, and
+ * again when one arrives after the scheduled audio ran out.
+ */
 export class PcmPlayer {
-  constructor(ctx, graph, stats, sampleRate) {
+  constructor(ctx, graph, stats, sampleRate, prerollMs = 0) {
     this.ctx = ctx;
     this.graph = graph;
     this.stats = stats;
     this.rate = sampleRate;
     this.carry = null; // an odd trailing byte (naive chunking can cut a sample in two)
+    this.prerollS = prerollMs / 1000;
+    this.held = []; // buffers not yet scheduled
+    this.heldS = 0;
     this.next = 0;
     this.media = 0; // seconds of audio scheduled so far
     this.chunks = []; // [context time, media time] at each buffer start
@@ -138,6 +209,8 @@ export class PcmPlayer {
     this.finished = false;
     this.stopped = false;
   }
+
+  setPreroll(ms) { this.prerollS = ms / 1000; this.drain(); }
 
   push(bytes) {
     if (this.stopped) return;
@@ -154,28 +227,52 @@ export class PcmPlayer {
     const ch = buf.getChannelData(0);
     const view = new DataView(bytes.buffer, bytes.byteOffset, n * 2);
     for (let i = 0; i < n; i++) ch[i] = view.getInt16(i * 2, true) / 32768;
-    this.schedule(buf);
+    this.held.push(buf);
+    this.heldS += buf.duration;
+    this.drain();
+  }
+
+  /** Schedule what is held, unless playback has not begun or ran out and too little is held. */
+  drain() {
+    if (this.stopped || !this.held.length) return;
+    const now = this.ctx.currentTime;
+    const idle = !this.chunks.length || this.next < now;
+    const need = this.chunks.length ? Math.max(this.prerollS, RESUME_S) : this.prerollS;
+    if (idle && !this.finished && this.heldS < need) return;
+    if (!this.chunks.length) this.begin(now);
+    else if (idle) this.rebuffered(now);
+    for (const buf of this.held) this.schedule(buf);
+    this.held = [];
+    this.heldS = 0;
+  }
+
+  begin(now) {
+    const st = this.stats;
+    this.next = now + 0.03; // a small lead absorbs the jitter of the next payloads
+    st.firstPlayMs = st.now() + 30;
+    st.playResolved = true;
+    st.startHeldMs = Math.round(this.heldS * 1000);
+    st.startPrerollMs = Math.round(this.prerollS * 1000);
+  }
+
+  /** The scheduled audio ran out before this: a gap the listener hears, from then until now. */
+  rebuffered(now) {
+    const st = this.stats;
+    st.gaps.push({ atMs: st.now() - (now - this.next) * 1000, ms: (now - this.next) * 1000 });
+    st.rebuffers += 1;
+    this.next = now + 0.005;
   }
 
   schedule(buf) {
-    const ctx = this.ctx, st = this.stats, now = ctx.currentTime;
-    if (!this.chunks.length) {
-      this.next = now + 0.03; // a small lead absorbs the jitter of the next payloads
-      st.firstPlayMs = st.now() + 30;
-      st.playResolved = true;
-    } else if (this.next < now) {
-      // the previous buffer ran out before this one came: a gap the listener hears
-      st.gaps.push({ atMs: st.now() - (now - this.next) * 1000, ms: (now - this.next) * 1000 });
-      this.next = now + 0.005;
-    }
-    const src = ctx.createBufferSource();
+    const st = this.stats;
+    const src = this.ctx.createBufferSource();
     src.buffer = buf;
     src.connect(this.graph.input);
     src.start(this.next);
     this.sources.add(src);
     src.onended = () => {
       this.sources.delete(src);
-      if (this.finished && !this.sources.size && !this.stopped) { st.ended = true; st.endedMs = st.now(); }
+      if (this.finished && !this.sources.size && !this.held.length && !this.stopped) { st.ended = true; st.endedMs = st.now(); }
     };
     this.chunks.push([this.next, this.media]);
     this.next += buf.duration;
@@ -184,8 +281,11 @@ export class PcmPlayer {
 
   finish() {
     this.finished = true;
+    this.drain();
     if (!this.sources.size && this.chunks.length) { this.stats.ended = true; this.stats.endedMs = this.stats.now(); }
   }
+
+  tick() {} // nothing to watch: buffers are scheduled when they arrive
 
   mediaTime() {
     const now = this.ctx.currentTime;
@@ -199,6 +299,7 @@ export class PcmPlayer {
 
   stop() {
     this.stopped = true;
+    this.held = [];
     for (const src of this.sources) src.stop();
     this.sources.clear();
   }

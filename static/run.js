@@ -18,6 +18,8 @@ export function newStats(name, opts) {
     mse: { appends: 0, appendsOk: 0, appendErrors: 0, bufferedS: 0, ranges: 0 },
     expectedS: 0, decode: { payloads: 0, failures: 0, singleFrameFailures: 0, decodedSamples: 0, pending: 0, lostSamples: 0, lostPct: 0 },
     gaps: [], levels: [], peakRms: 0, soundMs: 0,
+    // the server's `preroll_ms`: latest and largest; what was held when playback started
+    prerollMs: 0, prerollMaxMs: 0, startHeldMs: null, startPrerollMs: null, rebuffers: 0,
     sentences: [], payloads: [], agentText: '', done: null, error: null, errors: [],
     cancel: null, sampleRate: 24000,
   };
@@ -41,11 +43,11 @@ export class Run {
     if (this.player) return;
     const st = this.stats;
     if (st.format === 'mp3') {
-      this.player = new MsePlayer(this.ctx, this.graph, st);
+      this.player = new MsePlayer(this.ctx, this.graph, st, st.prerollMs);
       this.check = new DecodeCheck(st.sampleRate);
       st.decode = Object.assign(this.check.result, { lostSamples: 0, lostPct: 0 });
     } else {
-      this.player = new PcmPlayer(this.ctx, this.graph, st, st.sampleRate);
+      this.player = new PcmPlayer(this.ctx, this.graph, st, st.sampleRate, st.prerollMs);
     }
   }
 
@@ -57,7 +59,9 @@ export class Run {
       st.sampleRate = body.sample_rate;
       st.format = body.format;
       st.state = 'streaming';
+      this.preroll(body.preroll_ms);
     } else if (type === 'sentence') {
+      this.preroll(body.preroll_ms);
       st.sentences.push({ index: body.index, text: body.text, arriveMs: st.now(), mediaS: this.mediaSoFar(), playMs: null });
     } else if (type === 'text') {
       st.agentText += body.delta;
@@ -70,6 +74,14 @@ export class Run {
       this.error(body);
     }
     this.onChange();
+  }
+
+  /** The server's `preroll_ms` (absent from older servers: 0); the latest one is in force. */
+  preroll(ms) {
+    const st = this.stats;
+    st.prerollMs = Number.isFinite(ms) && ms > 0 ? ms : 0;
+    st.prerollMaxMs = Math.max(st.prerollMaxMs, st.prerollMs);
+    if (this.player) this.player.setPreroll(st.prerollMs);
   }
 
   overhead(wire) { this.stats.wireBytesTotal += wire; }
@@ -164,7 +176,7 @@ export class Run {
       if (st.firstSoundMs === null) st.firstSoundMs = t;
     }
     if (st.cancel && st.cancel.silentMs === null && isSilent(rms)) st.cancel.silentMs = t - st.cancel.atMs;
-    if (this.player) this.trackPlayback(t);
+    if (this.player) { this.player.tick(); this.trackPlayback(t); }
     if (st.decode.pending === 0 && st.done && this.frames) {
       st.decode.lostSamples = st.samples - st.decode.decodedSamples;
       st.decode.lostPct = st.samples ? Math.round((st.decode.lostSamples / st.samples) * 10000) / 100 : 0;

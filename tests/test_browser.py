@@ -6,16 +6,22 @@ from ``window.demo``; the payload bytes the page received are checked again here
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import time
 from pathlib import Path
 from typing import Any, AsyncIterator
 
+import aiohttp
 import pytest
 import pytest_asyncio
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from gateway.audio.mp3 import count_frames, is_whole_frames
-from gateway.bench.transports import CHROMIUM, launch_chromium, open_demo, payloads, play, serve, stats
+from gateway.bench.transports import (
+    CHROMIUM, FINISHED_JS, launch_chromium, open_demo, payloads, play, serve, stats,
+)
+from gateway.config import load_settings
 from tests.conftest import fake_settings
 
 pytestmark = [
@@ -210,3 +216,96 @@ async def test_overhead_after_barge_in_is_per_reply(page: Any) -> None:
     again = (await play(page, "ws", text="And now a new reply.", fmt="mp3", timeout_s=20))["ws"]
     assert again["reused"]
     assert again["wireBytes"] == again["done"]["wire_bytes"]
+
+
+# -- holding back playback: the server's `preroll_ms` ------------------------------------------
+SLOW_TEXT = "Hello there. This engine is slower than real time. The page holds audio before it plays."
+MAX_GAP_MS = 100
+HELD_SLACK_MS = 400  # held audio passes the preroll by at most about a payload
+
+
+def gaps_over(st: dict[str, Any], ms: float) -> list[dict[str, Any]]:
+    return [g for g in st["gaps"] if g["ms"] > ms]
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def slow_url() -> AsyncIterator[str]:
+    """The fake engine at 1.3 s of compute per second of audio: it falls behind playback.
+
+    One per test: a gateway that has synthesized the text once would serve it again at once.
+    """
+    async with serve(fake_settings(fake_rtf=1.3)) as url:
+        yield url
+
+
+@pytest.mark.parametrize("fmt", ["mp3", "pcm"])  # MediaSource, WebAudio
+async def test_players_hold_the_servers_preroll_then_play_without_gaps(
+        browser: Any, slow_url: str, fmt: str) -> None:
+    page = await open_demo(browser, slow_url)
+    try:
+        runs = await play(page, "both", text=SLOW_TEXT, fmt=fmt, timeout_s=60)
+        assert page.page_errors == []
+    finally:
+        await page.close()
+    for name, st in runs.items():
+        assert st["error"] is None and st["errors"] == [], (name, st["error"], st["errors"])
+        assert st["format"] == fmt and st["ended"] and st["peakRms"] > 0.05
+        # the server asked for a preroll, and playback began only once about that much was held
+        assert st["prerollMaxMs"] > 0, "the server sent no preroll_ms > 0"
+        asked, held = st["startPrerollMs"], st["startHeldMs"]
+        assert 0 < asked <= held <= asked + HELD_SLACK_MS, (name, asked, held)
+        assert st["firstPlayMs"] > st["ttfbMs"]
+        assert gaps_over(st, MAX_GAP_MS) == [], (name, st["gaps"], st["prerollMs"])
+
+
+# -- Play both on the real engine -------------------------------------------------------------
+async def engine_settled(url: str, timeout_s: float = 180.0) -> None:
+    """Until streaming inside a segment is built and the speed warm-up has measured its mode.
+
+    Both run after readiness; a request that came before would share the engine with them.
+    """
+    deadline = time.monotonic() + timeout_s
+    body: dict[str, Any] = {}
+    async with aiohttp.ClientSession() as http:
+        while time.monotonic() < deadline:
+            async with http.get(url + "/readyz") as r:
+                body = await r.json()
+            vocoder = body.get("vocoder") or {}
+            if vocoder.get("state") == "ready" and (body.get("speed") or {}).get(vocoder["mode"]):
+                return
+            await asyncio.sleep(0.5)
+    raise TimeoutError(f"the engine did not settle in {timeout_s} s: {body}")
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def embedded_url() -> AsyncIterator[str]:
+    # no cache of finished segments: the two channels share a live synthesis, not a replay
+    async with serve(load_settings(env={}, overrides={"engine": "embedded", "cache_mb": 0})) as url:
+        await engine_settled(url)
+        yield url
+
+
+@pytest.mark.shared_synthesis
+async def test_play_both_on_the_real_embedded_engine(browser: Any, embedded_url: str) -> None:
+    """Play both, the page's default text, real speech: both channels play through, no gaps.
+
+    Depends on the server's shared synthesis: both channels ask for the same segments, and the
+    server synthesizes each once for both. Two syntheses would share the engine's one inference
+    slot on 2 cores, fall behind playback and start apart.
+    """
+    page = await open_demo(browser, embedded_url)
+    try:
+        await page.click("#play-both")
+        await page.wait_for_function(FINISHED_JS, arg=["sse", "ws"], timeout=120_000, polling=50)
+        runs = await stats(page)
+        ARTIFACTS.mkdir(exist_ok=True)
+        await page.screenshot(path=str(ARTIFACTS / "demo-embedded.png"), full_page=True)
+        assert page.page_errors == []
+    finally:
+        await page.close()
+    for name, st in runs.items():
+        assert st["error"] is None and st["errors"] == [], (name, st["error"], st["errors"])
+        assert st["ended"] and st["state"] == "ended" and st["peakRms"] > 0.05, name
+        assert gaps_over(st, MAX_GAP_MS) == [], (name, st["gaps"], st["prerollMs"], st["startHeldMs"])
+    first = [runs[name]["ttfbMs"] for name in ("sse", "ws")]
+    assert abs(first[0] - first[1]) <= 150, first
