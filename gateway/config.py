@@ -46,6 +46,8 @@ class Settings:
     embedded_threads: int = 2  # intra-op threads per inference
     embedded_workers: int = 1  # concurrent inferences (1 gives the lowest latency)
     embedded_g2p: str = "misaki"  # misaki (spaCy POS + espeak fallback) or espeak
+    # the Kokoro voice packs (npm kokoro-js, installed by `make run`); empty: the user cache dir
+    voice_store: str = ""
     # the vocoder inside a segment: frozen-first (stream the start of a segment the listener
     # waits for, exact model for the rest), frozen, exact (whole segments), off (don't build it)
     embedded_vocoder: str = "frozen-first"
