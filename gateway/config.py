@@ -85,7 +85,7 @@ class Settings:
     shutdown_grace_s: float = 10.0  # SIGTERM: sessions in flight may finish this long
 
     # torch engine (hexgrad kokoro) on a GPU host
-    kokoro_dir: str = ""  # folder with config.json, the .pth weights and voices/*.pt
+    kokoro_dir: str = ""  # folder with config.json and the .pth weights (voice packs: voice_store, plus voices/*.pt)
     kokoro_device: str = ""  # "" = cuda if available, else cpu
 
     # container / sagemaker engines
