@@ -72,7 +72,7 @@ OPENAI_VOICES = {
 }
 
 MAX_BLEND_PARTS = 8
-_PART = re.compile(r"^\s*([a-z]{2}_[a-z0-9]+)\s*(?:\(\s*([0-9]*\.?[0-9]+)\s*\))?\s*$")
+_PART = re.compile(r"^\s*([^()\s]+)\s*(?:\(\s*([0-9]*\.?[0-9]+)\s*\))?\s*$")
 
 
 def language_of(voice_id: str) -> str:

@@ -94,6 +94,7 @@ async def test_a_blend_speaks_its_first_voices_language(engine: EmbeddedEngine) 
 
 @pytest.mark.parametrize("spec,code,needle", [
     ("af_bella+af_nobody", "unknown_voice", "af_heart"),  # lists the valid ids
+    ("af_bella+nobody(2)", "unknown_voice", "af_heart"),
     ("af_bella(0)+af_sky", "invalid_option", "weight"),
     ("af_bella(x)+af_sky", "invalid_option", "af_bella(2)+af_sky(1)"),
     ("+".join(["af_sky"] * 9), "invalid_option", "at most"),
