@@ -113,3 +113,25 @@ async def test_blend_ids_are_canonical() -> None:
     assert voicecatalog.resolve("af_bella(3)+af_sky(1)", known) == "af_bella(3)+af_sky(1)"
     assert voicecatalog.resolve("af_bella(1.5)+af_sky+af_bella(0.5)", known) == "af_bella(2)+af_sky(1)"
     assert voicecatalog.language_of("bf_emma(1)+af_sky(3)") == "b"
+
+
+async def test_mandarin_without_its_dependencies_is_a_clear_error(monkeypatch) -> None:
+    import sys
+
+    from gateway import g2p
+
+    monkeypatch.setitem(sys.modules, "jieba", None)  # as if the package were not installed
+    with pytest.raises(g2p.UnsupportedLanguage, match="jieba"):
+        g2p._load_chinese()
+
+
+async def test_a_language_without_a_g2p_answers_unsupported_language(engine: EmbeddedEngine,
+                                                                     monkeypatch) -> None:
+    import sys
+
+    phonemizer = engine.model.phonemize
+    monkeypatch.setitem(sys.modules, "jieba", None)
+    monkeypatch.setattr(phonemizer, "_g2p", {k: v for k, v in phonemizer._g2p.items() if k != "z"})
+    with pytest.raises(BadRequest) as err:
+        await anext(engine.synthesize("你好。", voice="zf_xiaobei", speed=1.0))
+    assert err.value.code == "unsupported_language" and "jieba" in err.value.message
