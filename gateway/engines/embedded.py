@@ -54,6 +54,7 @@ LEAD_S = 0.020  # silence kept before the first voiced frame
 TAIL_S = 0.150  # silence kept after the last one: a natural pause between sentences
 MIN_SPEED, MAX_SPEED = 0.5, 2.0
 
+
 @dataclass(frozen=True, slots=True)
 class VoicePacks:
     """The voice packs in use and where they came from (``/v1/voices`` reports ``store``)."""
@@ -238,7 +239,8 @@ class KokoroModel:
 
 def _voice_order(voice_id: str) -> tuple[int, str]:
     """Languages in hexgrad's order (a, b, e, f, h, i, j, p, z), then by id."""
-    return list(voicecatalog.LANGUAGES).index(voice_id[0]) if voice_id[0] in voicecatalog.LANGUAGES else 99, voice_id
+    letters = list(voicecatalog.LANGUAGES)
+    return letters.index(voice_id[0]) if voice_id[0] in letters else len(letters), voice_id
 
 
 class EmbeddedEngine:

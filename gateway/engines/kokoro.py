@@ -142,13 +142,16 @@ class TorchKokoro:
         return "".join(c for c in phonemes if c in self.vocab)
 
     def style(self, voice: str) -> Any:
-        """A voice's pack, or a blend's weighted mean (blends are kept once computed)."""
+        """A voice's pack, or a blend's weighted mean (the last 32 blends are kept; only the
+        one worker thread calls this)."""
         if voice in self.voices:
             return self.voices[voice]
         if voice not in self._blends:
             blend = voicecatalog.parse_blend(voice, set(self.voices))
             if blend is None:
                 raise BadRequest(f"unknown voice {voice!r}", code="unknown_voice")
+            if len(self._blends) >= 32:
+                self._blends.pop(next(iter(self._blends)))
             self._blends[voice] = sum(self.voices[v] * w for v, w in blend.weights)
         return self._blends[voice]
 
