@@ -41,8 +41,9 @@ GRADES = {
 }
 
 # Word error rate of Whisper tiny.en on `bench quality`'s 10 English sentences (146 words),
-# misaki G2P, whole-sentence synthesis; see README "Voices and phonemes" for the runs.
+# misaki G2P, whole-sentence synthesis; see README "Voices" for the runs (2026-11-29, -30).
 MEASURED_WER = {
+    "af_heart": 0.0, "af_bella": 0.0, "am_michael": 0.0, "bf_emma": 0.0,
     "jm_kumo": 0.0, "jf_gongitsune": 0.007, "jf_nezumi": 0.007, "jf_tebukuro": 0.014,
     "jf_alpha": 0.021,
 }
