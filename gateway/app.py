@@ -17,6 +17,7 @@ from .errors import GatewayError, Overloaded
 from .metrics import Metrics
 from .security import check_auth
 from .state import GATEWAY, Gateway
+from .synthesis import SynthesisHub
 from .transports.sse import handle_sse
 from .transports.ws import handle_ws
 
@@ -76,6 +77,8 @@ async def _load_engine(gw: Gateway) -> None:
         log.info("engine %s ready in %.2f s", gw.engine.name, loop.time() - started)
     finally:
         gw.ready.set()
+    if not gw.load_error and gw.settings.speed_warmup_text:
+        await gw.hub.warm_up(gw.settings.speed_warmup_text, gw.settings.default_voice or gw.engine.default_voice)
 
 
 def build_gateway(settings: Settings, engine: Engine, *, admit: bool = True) -> Gateway:
@@ -83,7 +86,9 @@ def build_gateway(settings: Settings, engine: Engine, *, admit: bool = True) -> 
     container: its pooled sockets live across replies, and SageMaker routes the load)."""
     metrics = Metrics()
     max_active = settings.max_active_sessions or engine.max_concurrency * 4
+    hub = SynthesisHub(engine, cache_mb=settings.cache_mb, timeout_s=settings.synth_timeout_s, metrics=metrics)
     return Gateway(
+        hub=hub,
         settings=settings,
         engine=engine,
         metrics=metrics,

@@ -41,6 +41,18 @@ class Settings:
     first_clause_words: int = 2  # fast path: cut the first sentence at a clause mark after N words (0 = off)
     max_segment_chars: int = 300  # longer sentences are split at clause boundaries
     synth_timeout_s: float = 30.0  # per segment
+    # the producer waits while the listener holds more than this much audio (s) beyond what
+    # the next segments are forecast to take at the engine's live speed (0 = never waits)
+    lookahead_s: float = 20.0
+    # forecasts of compute time are stretched by at least this before sizing preroll_ms and
+    # choosing whether a segment can go to the exact vocoder; more when calls have been
+    # running over their forecasts (speed.LiveSpeed.safety): machines are noisy
+    preroll_safety: float = 1.15
+    # identical segments share one synthesis; finished ones are kept (PCM, LRU) up to this size
+    cache_mb: float = 64.0
+    # spoken once after start-up (in the background) to measure the engine's speed before the
+    # first listener arrives; empty: the first requests use a prior of real time
+    speed_warmup_text: str = "This sentence measures how fast the engine speaks on this machine."
 
     # embedded engine (Kokoro-82M int8 ONNX on onnxruntime)
     embedded_threads: int = 2  # intra-op threads per inference

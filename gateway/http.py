@@ -16,6 +16,9 @@ async def readyz(request: web.Request) -> web.Response:
     body = {"ready": gw.ready.is_set() and not gw.load_error, "engine": gw.engine.name}
     if gw.load_error:
         body["error"] = gw.load_error
+    body["speed"] = gw.hub.speed.snapshot()  # the engine's live RTF per vocoder mode
+    body["cache"] = {"segments": len(gw.hub.cache), "bytes": gw.hub.cache_bytes,
+                     "limit_bytes": gw.hub.cache_limit, "in_flight": len(gw.hub.flights)}
     if (vocoder := getattr(gw.engine, "vocoder_status", None)) is not None:
         body["vocoder"] = vocoder  # streaming inside a segment: builds after readiness
     return web.json_response(body, status=200 if body["ready"] else 503)
@@ -33,6 +36,7 @@ async def voices(request: web.Request) -> web.Response:
         "engine": gw.engine.name,
         "default": gw.settings.default_voice or gw.engine.default_voice,
         "voices": [v.to_dict() for v in gw.engine.voices],
+        "vocoder_modes": list(gw.engine.vocoder_modes),  # streaming inside a segment, if any
         # the embedded and torch engines: which voice packs are in use (store or fallback)
         **({"store": store} if (store := getattr(gw.engine, "voice_store", None)) else {}),
     })

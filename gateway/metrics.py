@@ -27,6 +27,11 @@ class Metrics:
         self.segments = Counter("tts_segments", "Segments synthesized", registry=r)
         self.synth_seconds = Histogram("tts_segment_synthesis_seconds", "Engine time per segment", registry=r)
         self.inflight = Gauge("tts_engine_inflight", "Segments being synthesized now", registry=r)
+        self.cache = Counter("tts_synthesis_cache", "Segments asked of the synthesis hub: hit (from the "
+                             "cache), join (shared a synthesis in flight), miss (a new one)", ["outcome"], registry=r)
+        self.cache_bytes = Gauge("tts_synthesis_cache_bytes", "PCM held by the segment cache", registry=r)
+        self.rtf = Gauge("tts_engine_rtf", "The engine's live speed: wall seconds per audio second, "
+                         "smoothed over recent calls", ["mode"], registry=r)
         self.queued = Gauge("tts_engine_queued", "Sessions waiting for the engine", registry=r)
         # leak detectors for the soak benchmark: both must return to their idle level
         self.tasks = Gauge("tts_asyncio_tasks", "asyncio tasks alive in the gateway's loop", registry=r)

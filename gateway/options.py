@@ -31,6 +31,10 @@ class StreamOptions:
     prompt: str = ""
     first_clause: bool = True  # the first-clause fast path (the bench turns it off to compare)
     vocoder: str = ""  # streaming inside a segment (embedded engine); empty: the engine's setting
+    cache: bool = True  # share identical segments in flight and serve repeats from the cache
+    # audio the listener already holds and has not heard (a gateway in front of a model
+    # container sends it per segment): the schedule counts it as played ahead
+    buffered_s: float = 0.0
 
     @property
     def chunking(self) -> str:
@@ -130,4 +134,13 @@ def parse_options(raw: Mapping[str, Any], settings: Settings, engine: Engine) ->
         text=_text_field(raw, "text", settings.max_text_chars),
         prompt=_text_field(raw, "prompt", settings.max_prompt_chars),
         first_clause=parse_bool(raw.get("first_clause", True), "first_clause"),
+        cache=parse_bool(raw.get("cache", True), "cache"),
+        buffered_s=_buffered(raw),
     )
+
+
+def _buffered(raw: Mapping[str, Any]) -> float:
+    value = _number(raw, "buffered_s", 0.0)
+    if not 0.0 <= value <= 3600.0:
+        raise BadRequest(f"buffered_s must be between 0 and 3600 seconds, got {value}", code="invalid_option")
+    return value

@@ -12,6 +12,7 @@ from .config import Settings
 from .engines.base import Engine
 from .errors import NotReady
 from .metrics import Metrics
+from .synthesis import SynthesisHub
 
 
 @dataclass(slots=True)
@@ -21,6 +22,7 @@ class Gateway:
     metrics: Metrics
     agent: SimulatedAgent
     admission: Admission
+    hub: SynthesisHub
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     channels: set[object] = field(default_factory=set)  # open WebSocket channels, for shutdown
     load_error: str | None = None

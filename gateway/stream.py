@@ -6,11 +6,18 @@ about HTTP, SSE or WebSockets. One session may hold several utterances in turn: 
 
 Pipelining: a producer task synthesizes segments in order and encodes them with ONE encoder
 per utterance (so sentences join without gaps), while the channel sends what is ready.
-``lookahead`` bounds how many segments may be synthesized ahead of the one being sent.
+``lookahead`` bounds how many segments may be synthesized ahead of the one being sent, and
+the producer waits (one timer per segment) while the listener holds more than ``lookahead_s``
+of audio beyond what the next segments are forecast to take.
+
+The engine is reached through the ``SynthesisHub`` (``synthesis.py``): identical segments share
+one synthesis, repeats come from its cache, and every call feeds the live speed from which
+each segment's vocoder mode, the look-ahead and the ``preroll_ms`` sent to players are sized.
 """
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
@@ -22,11 +29,13 @@ from .agent import SimulatedAgent
 from .audio.encoders import make_encoder
 from .config import Settings
 from .engines.base import Engine
-from .errors import BadRequest, EngineTimeout, GatewayError
+from .errors import BadRequest, GatewayError
 from .metrics import Metrics
 from .options import StreamOptions
 from .payloads import Packetizer
-from .segmenter import Segmenter
+from .schedule import forecast, preroll_s
+from .segmenter import Segmenter, split_text
+from .synthesis import SynthesisHub
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +65,11 @@ class Utterance:
             max_chars=s.max_segment_chars,
         )
         self.segments: asyncio.Queue[object] = asyncio.Queue()
+        self.pending: collections.deque[str] = collections.deque()  # queued, for the forecast
         self.out: asyncio.Queue[Event] = asyncio.Queue()
         self.slots = asyncio.Semaphore(max(1, s.lookahead + 1))
         self.ended = False
+        self.t_created = time.perf_counter()
         self.t_input: float | None = None  # first input of this utterance
         self.stats = {"sentences": 0, "audio_samples": 0, "audio_bytes": 0, "payloads": 0}
         self.ttfb_ms: float | None = None
@@ -75,6 +86,7 @@ class Utterance:
         for piece in pieces:
             if self.first_segment_ms is None:
                 self.first_segment_ms = self.elapsed_ms()
+            self.pending.append(piece)
             self.segments.put_nowait(piece)
 
     def elapsed_ms(self) -> float:
@@ -100,9 +112,14 @@ class Utterance:
         index = 0
         head = sess.engine.sample_rate // 10 * 2  # 100 ms of s16 samples
         while (text := await self.segments.get()) is not _END:
+            text = str(text)
             await self.slots.acquire()
-            self.out.put_nowait(Event("sentence", {"index": index, "text": text, "t_ms": self.elapsed_ms()}))
-            async for pcm in self._synthesize(str(text)):
+            await self._wait_for_listener()
+            self.pending.popleft()
+            mode = self._mode_for(text)
+            self.out.put_nowait(Event("sentence", {"index": index, "text": text, "t_ms": self.elapsed_ms(),
+                                                   "preroll_ms": self.preroll_ms(text, mode)}))
+            async for pcm in self._synthesize(text, mode):
                 self.stats["audio_samples"] += len(pcm) // 2
                 if self.ttfb_ms is None and len(pcm) > 2 * head:
                     # first audio: encode and send its first 100 ms before encoding the rest
@@ -118,40 +135,64 @@ class Utterance:
         self.stats["sentences"] = index
         self.out.put_nowait(Event("done", self._done_fields()))
 
-    async def _synthesize(self, text: str) -> AsyncIterator[bytes]:
+    async def _synthesize(self, text: str, mode: str | None) -> AsyncIterator[bytes]:
         sess = self.session
-        o, timeout = sess.options, sess.settings.synth_timeout_s
-        started = time.perf_counter()
-        m = sess.metrics
-        if m:
-            m.inflight.inc()
-        try:
-            synth = sess.engine.synthesize(text, voice=o.voice, speed=o.speed, vocoder=o.vocoder or None,
-                                           buffered_s=self.buffered_s())
-            async with contextlib.aclosing(synth) as chunks:
-                while True:
-                    try:
-                        # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel
-                        # that lands as the chunk arrives, and the producer would run on
-                        async with asyncio.timeout(timeout):
-                            pcm = await anext(chunks)
-                    except StopAsyncIteration:
-                        break
-                    except TimeoutError:
-                        raise EngineTimeout(f"the engine produced no audio for {timeout:g} s") from None
-                    yield pcm
-        finally:
-            if m:
-                m.inflight.dec()
-                m.segments.inc()
-                m.synth_seconds.observe(time.perf_counter() - started)
+        o = sess.options
+        synth = sess.hub.synthesize(text, voice=o.voice, speed=o.speed, mode=mode,
+                                    key_mode=sess.requested_vocoder() or "", buffered_s=self.buffered_s(),
+                                    share=o.cache)
+        async with contextlib.aclosing(synth) as chunks:
+            async for pcm in chunks:
+                yield pcm
+
+    # -- scheduling from the engine's live speed ------------------------------------------
+    def _mode_for(self, text: str) -> str | None:
+        """The vocoder mode for this segment: ``frozen-first`` streams inside a segment only
+        when the listener would otherwise wait, so a segment whose whole synthesis is forecast
+        to finish while the listener still has audio goes exact (less compute, exact sound)."""
+        requested = self.session.requested_vocoder()
+        if requested != "frozen-first":
+            return requested
+        speed = self.session.hub.speed
+        need = speed.predict("exact", speed.audio_s(text, self.session.options.speed))
+        safety = speed.safety("exact", self.session.settings.preroll_safety)
+        return "exact" if self.buffered_s() >= safety * need else requested
+
+    def _forecast_texts(self, current: str | None) -> list[str]:
+        texts = [current] if current else []
+        texts += list(self.pending)
+        if not self.ended and (rest := self.segmenter.pending):
+            texts.append(rest)
+        return texts
+
+    def preroll_ms(self, current: str | None, mode: str | None) -> int:
+        """``preroll_ms`` for a player now: see ``schedule.preroll_s``."""
+        sess = self.session
+        return sess.preroll_ms(self._forecast_texts(current), self.buffered_s(), mode)
+
+    async def _wait_for_listener(self) -> None:
+        """Far enough ahead of the listener (``lookahead_s`` beyond what the next segments are
+        forecast to take): wait until that is no longer so. One timer per segment."""
+        sess = self.session
+        horizon = sess.settings.lookahead_s
+        if horizon <= 0 or self.t_first_audio is None:
+            return
+        speed, o = sess.hub.speed, sess.options
+        need = sum(speed.predict(sess.requested_vocoder(), speed.audio_s(t, o.speed))
+                   for t in list(self.pending)[: max(1, sess.settings.lookahead)])
+        excess = self.buffered_s() - horizon - speed.safety(sess.requested_vocoder(), sess.settings.preroll_safety) * need
+        if excess > 0:
+            await asyncio.sleep(excess)
 
     def buffered_s(self) -> float:
         """Audio made for the listener that they have not heard yet (0 before the first):
-        a player that starts at the first payload and plays in real time."""
+        a player that starts at the first payload and plays in real time. With the option
+        ``buffered_s`` (audio the listener held before this reply), that plays first."""
+        made = self.stats["audio_samples"] / self.session.engine.sample_rate
+        if held := self.session.options.buffered_s:
+            return max(0.0, held + made - (time.perf_counter() - self.t_created))
         if self.t_first_audio is None:
             return 0.0
-        made = self.stats["audio_samples"] / self.session.engine.sample_rate
         return max(0.0, made - (time.perf_counter() - self.t_first_audio))
 
     def _emit_audio(self, payloads: list[bytes], sentence: int) -> None:
@@ -198,15 +239,21 @@ class StreamSession:
         *,
         agent: SimulatedAgent | None = None,
         metrics: Metrics | None = None,
+        hub: SynthesisHub | None = None,
     ) -> None:
         self.id = uuid.uuid4().hex[:12]
         self.engine, self.options, self.settings = engine, options, settings
+        # without the application's hub: a private one (no cache, no sharing, its own speed)
+        self.hub = hub or SynthesisHub(engine, timeout_s=settings.synth_timeout_s, metrics=metrics)
         self.agent, self.metrics = agent, metrics
         self.utterance = Utterance(self)
         self.finished = False
 
     def ready_fields(self) -> dict[str, Any]:
         o = self.options
+        s = self.settings
+        texts = split_text(o.text, first_clause_words=s.first_clause_words if o.first_clause else 0,
+                           max_chars=s.max_segment_chars) if o.text.strip() else []
         return {
             "session": self.id,
             "format": o.format,
@@ -217,7 +264,20 @@ class StreamSession:
             "chunking": o.chunking,
             "engine": self.engine.name,
             "vocoder": o.vocoder or self.default_vocoder(),
+            "preroll_ms": self.preroll_ms(texts, 0.0, self.requested_vocoder()),
+            "cache": o.cache,
         }
+
+    def requested_vocoder(self) -> str | None:
+        return self.options.vocoder or self.default_vocoder()
+
+    def preroll_ms(self, texts: list[str], held_s: float, mode: str | None) -> int:
+        """Audio (ms) a player should hold before it starts or resumes, for ``texts`` still
+        to come and ``held_s`` of audio it has not heard, at the engine's live speed."""
+        speed = self.hub.speed
+        segments = forecast(texts, lambda t: speed.audio_s(t, self.options.speed),
+                            lambda a: speed.predict(mode, a), speed.first_fraction(mode))
+        return round(1000 * preroll_s(segments, held_s, speed.safety(mode, self.settings.preroll_safety)))
 
     def default_vocoder(self) -> str | None:
         """The engine's vocoder mode when the request names none (None: the engine has none)."""

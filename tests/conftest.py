@@ -40,7 +40,7 @@ class Server:
 
 
 def fake_settings(**overrides: object) -> Settings:
-    return load_settings(env={}, overrides={"engine": "fake", **overrides})
+    return load_settings(env={}, overrides={"engine": "fake", "speed_warmup_text": "", **overrides})
 
 
 @pytest.fixture

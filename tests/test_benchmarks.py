@@ -17,8 +17,10 @@ from aiohttp import web
 
 from gateway.agent import pick_reply, tokenize
 from gateway.bench import agent, overhead, ttfb
+from gateway.bench import playback as playback_bench
 from gateway.bench.common import free_port, playback, stats
 from gateway.bench.corpus import REPLIES, agent_prompts
+from gateway.bench.player import Arrival, simulate
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -165,3 +167,74 @@ def test_overhead_parts_add_up_on_fake(tmp_path: Path) -> None:
         assert {"overhead_ms", "in_run_ms", "target_met"} <= o.keys()
         assert 0 < o["in_run_ms"] < 1000 and abs(o["overhead_ms"]) < 1000
 
+
+
+def paced(rtf: float, chunks: int, preroll_s: float | None = None) -> list[Arrival]:
+    """``chunks`` seconds of audio, one per second of it, each ready ``rtf`` s after the last."""
+    head = [Arrival(0.0, preroll_s=preroll_s)] if preroll_s is not None else []
+    audio = [Arrival(rtf * k, audio_s=1.0) for k in range(1, chunks + 1)]
+    return head + audio + [Arrival(rtf * chunks, done=True)]
+
+
+@pytest.mark.parametrize(
+    ("arrivals", "start", "stalls", "stall_s", "end"),
+    [
+        # synthesis slower than playback (RTF 1.3), no preroll: dry 0.3 s before every later chunk
+        (paced(1.3, 4), 1.3, 3, 0.9, 6.2),
+        # a preroll of one chunk does not cover the deficit: the same stalls
+        (paced(1.3, 4, preroll_s=1.0), 1.3, 3, 0.9, 6.2),
+        # two chunks held cover it (start 2.6 s: chunk k is due at 0.6 + k s, arrives at 1.3 k s)
+        (paced(1.3, 4, preroll_s=2.0), 2.6, 0, 0.0, 6.6),
+        # a preroll longer than the reply: playback starts at done, then never runs dry
+        (paced(1.3, 4, preroll_s=10.0), 5.2, 0, 0.0, 9.2),
+        # the latest preroll is in force: raised to 2 s at 1.5 s, after the start; resumed at 3.9 s
+        (sorted(paced(1.3, 4, preroll_s=0.0) + [Arrival(1.5, preroll_s=2.0)], key=lambda a: a.t_s),
+         1.3, 1, 1.6, 6.9),
+        # synthesis faster than playback: no stall without any preroll
+        (paced(0.3, 4), 0.3, 0, 0.0, 4.3),
+    ],
+)
+def test_player_honours_the_preroll_in_force(
+    arrivals: list[Arrival], start: float, stalls: int, stall_s: float, end: float
+) -> None:
+    p = simulate(arrivals)
+    assert p.first_audio_s == pytest.approx(next(a.t_s for a in arrivals if a.audio_s))
+    assert p.start_s == pytest.approx(start)
+    assert p.stalls == stalls and len(p.gaps) == stalls
+    assert p.stall_s == pytest.approx(stall_s)
+    assert p.end_s == pytest.approx(end)
+    assert p.audio_s == pytest.approx(4.0)
+    # what the player holds back it plays later: the end is the start plus audio plus stalls
+    assert p.end_s == pytest.approx(p.start_s + p.audio_s + p.stall_s)
+
+
+def test_player_counts_only_rebuffers_after_the_start_and_above_the_tolerance() -> None:
+    arrivals = [Arrival(0.5, audio_s=0.1), Arrival(0.605, audio_s=1.0), Arrival(2.0, audio_s=0.5),
+                Arrival(2.0, done=True)]
+    p = simulate(arrivals, tolerance_s=0.01)
+    assert (p.start_s, p.stalls) == (0.5, 1)  # the wait for the first payload is not a stall; 5 ms is jitter
+    assert p.gaps[0] == pytest.approx((1.605, 2.0))
+    assert p.end_s == pytest.approx(2.5)
+
+
+def test_playback_bench_on_fake(tmp_path: Path) -> None:
+    argv = ["--engines", "fake", "--rtfs", "0.3", "--reps", "1", "--out", str(tmp_path),
+            "--text", "Sure, I can help with that. Your table is booked for seven."]
+    assert playback_bench.main(argv) == 0
+    out = load(tmp_path / "playback.json")
+    assert {"text", "reps", "engines", "runs", "rows", "machine_start", "machine_end", "preroll_seen"} <= out.keys()
+    assert out["engines"] == {"fake rtf 0.3": {"engine": "fake", "fake_rtf": 0.3}}
+    kinds = {(r["scenario"], r["channel"]) for r in out["rows"]}
+    assert kinds == {("one channel", "batch"), ("one channel", "ws"), ("both channels", "sse"),
+                     ("both channels", "ws"), ("busy core", "ws"), ("busy core", "batch")}
+    words = len(argv[-1].split())
+    for r in out["runs"]:
+        assert r["audio_s"] == pytest.approx(words * 0.24, abs=0.01)  # the fake's 240 ms a word, all of it
+        if r["channel"] == "batch":
+            assert r["batch_ms"] >= 0.3 * r["audio_s"] * 1000 * 0.95  # paced at RTF 0.3
+            continue
+        assert 0 < r["first_audio_ms"] <= r["start_ms"] < r["end_ms"]
+        assert r["stalls"] >= 0 and r["stall_ms"] >= 0 and len(r["gaps_ms"]) == r["stalls"]
+        assert r["end_ms"] == pytest.approx(r["start_ms"] + r["audio_s"] * 1000 + r["stall_ms"], abs=1.0)
+        assert r["start_vs_batch"] > 0
+    assert (tmp_path / "playback.png").read_bytes()[:8] == PNG

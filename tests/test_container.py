@@ -295,3 +295,38 @@ async def test_killed_container_gives_error_then_gateway_recovers(own_container:
     again = await ws_stream(http, server.ws_url, text="Back again.")
     assert again.done is not None and again.error is None
     assert abs(len(decode_mp3(again.audio)) / 24000 - fake_duration_s("Back again.")) < 0.1
+
+
+class ModalFake(FakeEngine):
+    """The fake engine as an engine with vocoder modes, keeping what each segment was asked."""
+
+    vocoder_modes = ("frozen-first", "frozen", "exact")
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self.asked: list[tuple[str | None, float]] = []
+
+    def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
+                   buffered_s: float = 0.0) -> AsyncIterator[bytes]:
+        self.asked.append((vocoder, buffered_s))
+        return super().synthesize(text, voice=voice, speed=speed)
+
+
+async def test_gateway_forwards_vocoder_and_the_listeners_buffer(start_server, http: aiohttp.ClientSession) -> None:
+    """The container's engine streams inside a segment only for a listener who waits: the
+    gateway in front must tell it the mode asked for and the audio the listener holds."""
+    modal = ModalFake(fake_settings(fake_rtf=0.2, fake_chunk_ms=100))
+    runner = web.AppRunner(make_container_app(fake_settings(), modal))
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        server = await start_server(fake_settings(engine="container", container_url=f"ws://127.0.0.1:{port}{STREAM_PATH}"))
+        assert server.engine.vocoder_modes == ModalFake.vocoder_modes
+        r = await ws_stream(http, server.ws_url, text=REPLY, options={"vocoder": "frozen", "cache": False})
+        assert r.done and r.of("ready")[0]["vocoder"] == "frozen"
+        assert [mode for mode, _ in modal.asked] == ["frozen"] * len(r.of("sentence"))
+        held = [b for _, b in modal.asked]
+        assert held[0] == 0.0 and max(held[1:]) > 0.3  # later segments: the listener holds audio
+    finally:
+        await runner.cleanup()

@@ -124,7 +124,9 @@ async def test_client_disconnect_cancels_synthesis_and_leaves_no_task(start_serv
 
 
 async def test_slow_client_is_closed_and_memory_bounded(start_server) -> None:
-    server = await start_server(fake_settings(send_queue_bytes=256 * 1024, send_timeout_s=1.0, lookahead=1, max_text_chars=20000))
+    # lookahead_s=0: production runs ahead of the listener as far as the send queue allows
+    server = await start_server(fake_settings(send_queue_bytes=256 * 1024, send_timeout_s=1.0, lookahead=1,
+                                              lookahead_s=0, max_text_chars=20000))
     # a raw client that never reads: the server must give up on it, not buffer the whole reply
     reader, writer = await asyncio.open_connection("127.0.0.1", int(server.url.rsplit(":", 1)[1]))
     key = "dGhlIHNhbXBsZSBub25jZQ=="

@@ -316,7 +316,7 @@ async def _session(http: aiohttp.ClientSession, url: str, fmt: str, text: str,
                    window: tuple[float, float], sink: Sink) -> None:
     async with http.ws_connect(url, max_msg_size=0) as ws:
         sink.connected += 1
-        await ws.send_json({"type": "start", "format": fmt})
+        await ws.send_json({"type": "start", "format": fmt, "cache": False})  # every session synthesizes
         await ws.send_json({"type": "text", "text": text})
         await ws.send_json({"type": "end"})
         first, heard, rate = 0.0, 0.0, 24000

@@ -170,12 +170,15 @@ class RemoteClient:
     async def run(self, channel: str, url: str, text: str = "", options: dict[str, Any] | None = None,
                   prompt: str = "") -> Any:
         """One reply (``text`` or ``prompt``) on ``ws`` or ``sse``; a ``StreamResult`` whose
-        payloads keep only their sizes (the audio itself stays in the child)."""
+        payloads keep only their sizes (the audio itself stays in the child). Options default
+        to ``cache: false``: each run synthesizes afresh."""
         from ..client import StreamResult
 
         if self.proc.stdin is None or self.proc.stdout is None:
             raise RuntimeError("the client process has no pipes")
-        job = {"channel": channel, "url": url, "text": text, "prompt": prompt, "options": options or {}}
+        # benchmarks measure synthesis: no cache and no shared synthesis unless a bench asks
+        job = {"channel": channel, "url": url, "text": text, "prompt": prompt,
+               "options": {"cache": False, **(options or {})}}
         self.proc.stdin.write(json.dumps(job).encode() + b"\n")
         await self.proc.stdin.drain()
         line = await self.proc.stdout.readline()

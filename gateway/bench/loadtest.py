@@ -206,7 +206,7 @@ async def ws_session(http: aiohttp.ClientSession, url: str, text: str, plan: Pla
     times: list[float] = []
     durations: list[float] = []
     async with http.ws_connect(url, max_msg_size=0) as ws:
-        await ws.send_json({"type": "start", "format": plan.fmt, **({"voice": plan.voice} if plan.voice else {})})
+        await ws.send_json({"type": "start", "format": plan.fmt, "cache": False, **({"voice": plan.voice} if plan.voice else {})})
         sender = asyncio.create_task(_send_text(ws, text, plan.tokens_per_s))
         try:
             async for msg in ws:
@@ -230,7 +230,7 @@ async def ws_session(http: aiohttp.ClientSession, url: str, text: str, plan: Pla
 
 async def sse_session(http: aiohttp.ClientSession, url: str, text: str, plan: Plan) -> SessionStat:
     begin = time.perf_counter()
-    options = {"format": plan.fmt, **({"voice": plan.voice} if plan.voice else {})}
+    options = {"format": plan.fmt, "cache": False, **({"voice": plan.voice} if plan.voice else {})}
     result = await sse_stream(http, url, method="POST", timeout=plan.timeout_s, text=text, **options)
     if result.error:
         return SessionStat(False, error=str(result.error.get("code", "error")))

@@ -117,7 +117,6 @@ def _parse_event(data: str) -> dict[str, Any]:
 
 class ContainerEngine:
     name = "container"
-    vocoder_modes: tuple[str, ...] = ()  # no streaming inside a segment
     sample_rate = SAMPLE_RATE
 
     def __init__(self, settings: Settings) -> None:
@@ -129,6 +128,8 @@ class ContainerEngine:
         self.retries = 0  # segments retried on a fresh socket: lets tests see the retry
         self._voices: tuple[Voice, ...] = ()
         self._default = ""
+        # the container's engine's modes of streaming inside a segment (read at start)
+        self.vocoder_modes: tuple[str, ...] = ()
         self._http: aiohttp.ClientSession | None = None
 
     @property
@@ -154,6 +155,7 @@ class ContainerEngine:
         self._voices = tuple(Voice(**{k: v[k] for k in ("id", "language", "gender", "description", "default") if k in v})
                              for v in body["voices"])
         self._default = str(body.get("default") or (self._voices[0].id if self._voices else ""))
+        self.vocoder_modes = tuple(str(m) for m in body.get("vocoder_modes") or ())
         self._http = http
         self.pool.bind(http)
         log.info("container engine: %s serves %d voices (engine %s)", self.url, len(self._voices), body.get("engine"))
@@ -206,7 +208,8 @@ class ContainerEngine:
             yielded = False
             try:
                 # aclosing: a consumer that stops early closes the socket now, not at GC
-                async with contextlib.aclosing(self._segment(text, voice, speed, fresh=attempt > 1)) as chunks:
+                segment = self._segment(text, voice, speed, vocoder, buffered_s, fresh=attempt > 1)
+                async with contextlib.aclosing(segment) as chunks:
                     async for pcm in chunks:
                         yielded = True
                         yield pcm
@@ -218,11 +221,16 @@ class ContainerEngine:
                 self.retries += 1
                 await self.pool.clear()  # the others are likely as stale (a restarted container)
 
-    async def _segment(self, text: str, voice: str, speed: float, *, fresh: bool) -> AsyncIterator[bytes]:
+    async def _segment(self, text: str, voice: str, speed: float, vocoder: str | None, buffered_s: float,
+                       *, fresh: bool) -> AsyncIterator[bytes]:
         ws = await self.pool.acquire(fresh=fresh)
         done = False
         try:
-            start = {"type": "start", "format": "pcm", "voice": voice, "speed": speed}
+            # the listener's buffer travels too: the container's engine then streams inside the
+            # segment only when someone is waiting for it (and in the mode asked for)
+            start = {"type": "start", "format": "pcm", "voice": voice, "speed": speed,
+                     "buffered_s": round(max(0.0, buffered_s), 3),
+                     **({"vocoder": vocoder} if vocoder and vocoder in self.vocoder_modes else {})}
             try:
                 for message in (start, {"type": "text", "text": text}, {"type": "end"}):
                     await ws.send_str(json.dumps(message))

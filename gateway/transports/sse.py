@@ -54,7 +54,7 @@ async def handle_sse(request: web.Request) -> web.StreamResponse:
     if not (options.text.strip() or options.prompt.strip()):
         raise BadRequest("give `text` or `prompt`", code="empty_input")
     async with gw.admission.session(request.remote or "?"):  # 503 + Retry-After when full
-        session = StreamSession(gw.engine, options, gw.settings, agent=gw.agent, metrics=gw.metrics)
+        session = StreamSession(gw.engine, options, gw.settings, agent=gw.agent, metrics=gw.metrics, hub=gw.hub)
         m = gw.metrics
         m.sessions.labels("sse").inc()
         m.active.labels("sse").inc()

@@ -146,7 +146,8 @@ class WsChannel:
 
         await self.gw.wait_ready()  # voices are known once the engine has loaded
         options = parse_options({**self.query, **fields}, self.gw.settings, self.gw.engine)
-        session = StreamSession(self.gw.engine, options, self.gw.settings, agent=self.gw.agent, metrics=self.gw.metrics)
+        session = StreamSession(self.gw.engine, options, self.gw.settings, agent=self.gw.agent, metrics=self.gw.metrics,
+                                hub=self.gw.hub)
         self.msgpack = options.envelope == "msgpack"
         self.session = session
         await self.send_event(Event("ready", session.ready_fields()))

@@ -1,0 +1,83 @@
+"""How much audio a player should hold before it starts: ``preroll_s``.
+
+The forecast: the segments still to synthesize (their audio estimated from their text) are
+made one after another, each taking what ``LiveSpeed`` predicts for it. A segment that the
+engine streams inside itself delivers its audio from a measured share of its time on,
+evenly; one it makes whole arrives at its end. A player that starts at time S and then plays
+in real time never runs dry when every piece of audio arrives before its place in playback:
+``arrival <= S + position``. The smallest such S gives the preroll: what the player holds
+then, the audio it already had plus what arrived by S.
+
+Compute times are stretched by ``safety`` (machines are noisy), and the forecast covers only
+the text known now: a language model's reply can still outrun it, which is why every
+``sentence`` event carries a fresh figure for a player that ran dry.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+PIECE_S = 0.25  # a streamed segment is modelled as pieces of this much audio
+
+
+@dataclass(frozen=True, slots=True)
+class Forecast:
+    """One segment to come: its audio (s), its compute (s) and the share of that before its
+    first audio (1.0: it arrives whole)."""
+
+    audio_s: float
+    compute_s: float
+    first_fraction: float = 1.0
+
+
+def arrivals(segments: Sequence[Forecast], safety: float = 1.0) -> list[tuple[float, float, float]]:
+    """(arrival time, audio, playback position) of every piece, from now, segments in order."""
+    out: list[tuple[float, float, float]] = []
+    t = position = 0.0
+    for seg in segments:
+        compute = seg.compute_s * safety
+        first = compute * min(1.0, max(0.0, seg.first_fraction))
+        n = 1 if first >= compute or seg.audio_s <= PIECE_S else int(seg.audio_s / PIECE_S + 0.999)
+        for k in range(1, n + 1):
+            # piece k of n is usable once it is whole: at the end of its share of the rest
+            at = t + first + (compute - first) * k / n if n > 1 else t + compute
+            out.append((at, seg.audio_s / n, position + seg.audio_s * (k - 1) / n))
+        t += compute
+        position += seg.audio_s
+    return out
+
+
+def preroll_s(segments: Sequence[Forecast], held_s: float = 0.0, safety: float = 1.2) -> float:
+    """Audio to hold before starting (or resuming) so that playback never runs dry.
+
+    ``held_s``: audio the player has now and has not played (placed before the segments).
+    0.0 when the forecast says audio keeps ahead from the first piece on.
+    """
+    pieces = arrivals(segments, safety)
+    if not pieces:
+        return 0.0
+    # the earliest start that every piece arrives in time for
+    start = max(at - (held_s + position) for at, _, position in pieces)
+    first_at = pieces[0][0]
+    if start <= first_at and held_s <= 0.0:
+        return 0.0  # starting with the first piece is in time for every later one
+    if start <= 0.0:
+        return 0.0
+    # the player counts audio as it arrives; it starts at the first arrival at or after `start`
+    held = held_s
+    for at, audio, _ in pieces:
+        held += audio
+        if at >= start - 1e-9:
+            return held
+    return held
+
+
+def forecast(texts: Sequence[str], audio_of: Callable[[str], float],
+             compute_of: Callable[[float], float], first_fraction: float) -> list[Forecast]:
+    """Forecasts for ``texts`` from a text -> audio seconds and an audio -> compute estimate."""
+    out = []
+    for text in texts:
+        audio = audio_of(text)
+        if audio > 0:
+            out.append(Forecast(audio, compute_of(audio), first_fraction))
+    return out

@@ -1,0 +1,109 @@
+"""The engine's live speed: seconds of compute per second of audio, learned from every synthesis.
+
+Machines of one kind differ (the embedded model ran at RTF 0.31-0.35 on one, 0.88 on
+another) and a shared machine changes speed from one minute to the next, so nothing that
+schedules audio may rely on a constant: it asks ``LiveSpeed``. Every synthesis the gateway
+runs (a "flight", see ``synthesis.py``) reports its wall time, the audio it made and when its
+first audio came; recent calls weigh most (each call counts ``forget`` times less than the
+next one).
+
+Per vocoder mode, because an engine that streams inside a segment pays for it in compute.
+The wall time includes waiting for the engine behind other sessions: that is the speed a
+session really gets, which is what a schedule needs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .vocoder.pacing import CostModel
+
+DEFAULT = "default"  # the key of engines without vocoder modes (and of an unnamed mode)
+PRIOR_RTF = 1.0  # before any measurement: assume real time, the pessimistic side of most hosts
+PRIOR_S_PER_CHAR = 0.065  # audio seconds per character of English at speed 1 (Kokoro, measured)
+
+
+@dataclass(slots=True)
+class _Mode:
+    costs: CostModel  # wall seconds against audio seconds, a line (fixed + per second)
+    wall: float = 0.0  # decayed sums, for the published ratio
+    audio: float = 0.0
+    first_frac: float = 1.0  # decayed mean share of a call's time before its first audio
+    weight: float = 0.0
+    calls: int = 0
+    # decayed mean square of how far calls ran over their forecast (0.2: 20% slower)
+    overrun_sq: float = 0.0
+
+
+class LiveSpeed:
+    """Smoothed speed per mode, and how much audio a character of text makes."""
+
+    def __init__(self, forget: float = 0.8, prior_rtf: float = PRIOR_RTF) -> None:
+        self.forget = forget
+        self.prior_rtf = prior_rtf
+        self._modes: dict[str, _Mode] = {}
+        self._chars = [0.0, 0.0]  # decayed audio seconds x speed, characters
+
+    def observe(self, mode: str | None, audio_s: float, wall_s: float, first_s: float,
+                *, chars: int = 0, speed: float = 1.0) -> None:
+        """One finished synthesis: ``audio_s`` of audio in ``wall_s``, the first after ``first_s``."""
+        if audio_s <= 0 or wall_s <= 0:
+            return
+        m = self._modes.setdefault(mode or DEFAULT, _Mode(CostModel(self.forget)))
+        f = self.forget
+        if m.calls:  # how wrong the forecast was, before this call moves it
+            over = max(0.0, wall_s / max(m.costs.predict(audio_s), 1e-6) - 1.0)  # type: ignore[arg-type]
+            m.overrun_sq = (m.overrun_sq * m.weight * f + over * over) / (m.weight * f + 1.0)
+        m.costs.observe(audio_s, wall_s)  # type: ignore[arg-type]  # the line takes any number
+        m.wall, m.audio = m.wall * f + wall_s, m.audio * f + audio_s
+        m.first_frac = (m.first_frac * m.weight * f + min(1.0, first_s / wall_s)) / (m.weight * f + 1.0)
+        m.weight = m.weight * f + 1.0
+        m.calls += 1
+        if chars > 0:
+            a, c = self._chars
+            self._chars = [a * f + audio_s * speed, c * f + chars]
+
+    def _mode(self, mode: str | None) -> _Mode | None:
+        """The mode's measurements; another mode's while this one has none (same engine)."""
+        m = self._modes.get(mode or DEFAULT)
+        if m is None and self._modes:
+            m = max(self._modes.values(), key=lambda x: x.calls)
+        return m
+
+    def rtf(self, mode: str | None = None) -> float:
+        """Recent wall seconds per audio second (the prior until something was measured)."""
+        m = self._mode(mode)
+        return m.wall / m.audio if m is not None and m.audio > 0 else self.prior_rtf
+
+    def predict(self, mode: str | None, audio_s: float) -> float:
+        """Seconds one call takes for ``audio_s`` of audio: the fitted line where it has one."""
+        m = self._mode(mode)
+        if m is None:
+            return self.prior_rtf * audio_s
+        return max(m.costs.predict(audio_s), 0.0)  # type: ignore[arg-type]
+
+    def safety(self, mode: str | None, floor: float) -> float:
+        """The factor to stretch forecasts by: ``floor`` on a steady machine, more when calls
+        have been running over their forecast (a player's buffer that follows the engine,
+        as WebRTC's jitter buffer follows the network), at most 2."""
+        m = self._mode(mode)
+        spread = m.overrun_sq ** 0.5 if m is not None else 0.0
+        return min(2.0, max(floor, 1.0 + 2.0 * spread))
+
+    def first_fraction(self, mode: str | None) -> float:
+        """The share of a call's time that passes before its first audio (1: whole segments)."""
+        m = self._mode(mode)
+        return m.first_frac if m is not None else 1.0
+
+    def audio_s(self, text: str, speed: float = 1.0) -> float:
+        """How much audio ``text`` will make, from the characters per second measured so far."""
+        a, c = self._chars
+        per_char = a / c if c > 0 else PRIOR_S_PER_CHAR
+        return len(text.strip()) * per_char / max(speed, 0.05)
+
+    def snapshot(self) -> dict[str, Any]:
+        """For /readyz and /metrics: per mode, the smoothed RTF and the calls it rests on."""
+        return {name: {"rtf": round(m.wall / m.audio, 3), "calls": m.calls,
+                       "first_fraction": round(m.first_frac, 3),
+                       "overrun": round(m.overrun_sq ** 0.5, 3)}
+                for name, m in self._modes.items() if m.audio > 0}

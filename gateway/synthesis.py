@@ -1,0 +1,217 @@
+"""Synthesize once: identical segments share one engine call, recent ones come from a cache.
+
+A ``Flight`` is one engine call for one segment, run as its own task so that several sessions
+can follow it: a session that asks for the same segment (same voice, speed, vocoder mode and
+text) while it is in flight joins it, gets the chunks made so far at once, then follows it
+live (Go's singleflight, for a stream). Each session still encodes and frames its own audio.
+The flight stops when the last session following it leaves; a sharer that cancels or
+disconnects does not stop a synthesis that others still need.
+
+Finished segments go into a bounded LRU cache of PCM (``cache_mb``), so the greetings and
+confirmations an agent repeats all day are served at once. A request with ``cache: false``
+neither reads nor fills the cache nor joins a flight: a synthesis of its own.
+
+Every flight reports its speed to ``LiveSpeed``, and has one watchdog timer (re-armed only
+when it fires early), not one per chunk.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import OrderedDict
+from typing import AsyncIterator
+
+from .engines.base import Engine
+from .errors import EngineTimeout
+from .metrics import Metrics
+from .speed import LiveSpeed
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, float, str, str]
+
+
+class Flight:
+    """One engine call: its chunks so far, its end (or error), and who follows it."""
+
+    def __init__(self, hub: "SynthesisHub", key: Key | None, text: str, voice: str, speed: float,
+                 mode: str | None, buffered_s: float) -> None:
+        self.hub, self.key = hub, key
+        self.chunks: list[bytes] = []
+        self.samples = 0
+        self.done = False
+        self.error: BaseException | None = None
+        self.followers: set[asyncio.Event] = set()
+        self._loop = asyncio.get_running_loop()
+        self._progress = self._loop.time()
+        self._watchdog: asyncio.TimerHandle | None = None
+        self.task = asyncio.create_task(self._run(text, voice, speed, mode, buffered_s))
+
+    async def _run(self, text: str, voice: str, speed: float, mode: str | None, buffered_s: float) -> None:
+        hub = self.hub
+        m = hub.metrics
+        if m:
+            m.inflight.inc()
+        started = time.perf_counter()
+        first: float | None = None
+        self._arm()
+        try:
+            synth = hub.engine.synthesize(text, voice=voice, speed=speed, vocoder=mode, buffered_s=buffered_s)
+            async with contextlib.aclosing(synth) as chunks:
+                async for pcm in chunks:
+                    if first is None:
+                        first = time.perf_counter() - started
+                    self.chunks.append(pcm)
+                    self.samples += len(pcm) // 2
+                    self._progress = self._loop.time()
+                    self._wake()
+            wall = time.perf_counter() - started
+            audio_s = self.samples / hub.engine.sample_rate
+            hub.speed.observe(mode, audio_s, wall, first if first is not None else wall,
+                              chars=len(text.strip()), speed=speed)
+            if m:
+                m.rtf.labels(mode or "default").set(hub.speed.rtf(mode))
+            hub.finished(self)
+        except asyncio.CancelledError:
+            if self.error is None:
+                raise
+        except Exception as exc:  # reaches every follower as itself
+            self.error = exc
+        finally:
+            self.done = True
+            hub.forget(self)
+            if self._watchdog is not None:
+                self._watchdog.cancel()
+            self._wake()
+            if m:
+                m.inflight.dec()
+                m.segments.inc()
+                m.synth_seconds.observe(time.perf_counter() - started)
+
+    # one timer per flight: when it fires early (audio came meanwhile) it moves to the new deadline
+    def _arm(self) -> None:
+        self._watchdog = self._loop.call_at(self._progress + self.hub.timeout_s, self._check)
+
+    def _check(self) -> None:
+        if self.done:
+            return
+        if self._loop.time() - self._progress < self.hub.timeout_s - 1e-3:
+            self._arm()
+            return
+        self.error = EngineTimeout(f"the engine produced no audio for {self.hub.timeout_s:g} s")
+        self.task.cancel()
+
+    def _wake(self) -> None:
+        for event in self.followers:
+            event.set()
+
+    async def follow(self) -> AsyncIterator[bytes]:
+        """The chunks from the first, live; leaving stops the flight if nobody else follows."""
+        event = asyncio.Event()
+        self.followers.add(event)
+        sent = 0
+        try:
+            while True:
+                while sent < len(self.chunks):
+                    sent += 1
+                    yield self.chunks[sent - 1]
+                if self.done:
+                    if self.error is not None:
+                        raise self.error
+                    return
+                event.clear()
+                await event.wait()
+        finally:
+            self.followers.discard(event)
+            if not self.followers and not self.done:
+                self.hub.forget(self)  # nobody joins a flight that is being stopped
+                self.task.cancel()  # nobody needs it any more: the engine stops
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self.task
+
+
+class SynthesisHub:
+    """The one place that calls the engine for streaming sessions: flights, cache, speed."""
+
+    def __init__(self, engine: Engine, *, cache_mb: float = 0.0, timeout_s: float = 30.0,
+                 metrics: Metrics | None = None, speed: LiveSpeed | None = None) -> None:
+        self.engine, self.metrics, self.timeout_s = engine, metrics, timeout_s
+        self.speed = speed or LiveSpeed()
+        self.cache_limit = int(cache_mb * 1024 * 1024)
+        self.cache: OrderedDict[Key, bytes] = OrderedDict()
+        self.cache_bytes = 0
+        self.flights: dict[Key, Flight] = {}
+
+    def synthesize(self, text: str, *, voice: str, speed: float, mode: str | None = None,
+                   key_mode: str | None = None, buffered_s: float = 0.0,
+                   share: bool = True) -> AsyncIterator[bytes]:
+        """PCM chunks for ``text``. ``mode`` goes to the engine; ``key_mode`` (default ``mode``)
+        is the mode the request asked for, which identical requests share on."""
+        if not share:
+            return Flight(self, None, text, voice, speed, mode, buffered_s).follow()
+        key: Key = (voice, round(speed, 3), key_mode if key_mode is not None else (mode or ""),
+                    " ".join(text.split()))
+        if (pcm := self.cache.get(key)) is not None:
+            self.cache.move_to_end(key)
+            self._count("hit")
+            return _once(pcm)
+        if (flight := self.flights.get(key)) is not None:
+            self._count("join")
+            return flight.follow()
+        self._count("miss")
+        flight = Flight(self, key, text, voice, speed, mode, buffered_s)
+        self.flights[key] = flight
+        return flight.follow()
+
+    async def warm_up(self, text: str, voice: str) -> None:
+        """Measure the engine's speed once per mode a session uses by default (whole segments,
+        and streamed inside a segment where the engine can); never raises. Waits for the
+        engine's background work (the streaming vocoder's build) so as not to measure it."""
+        modes: tuple[str | None, ...] = (None,)
+        if self.engine.vocoder_modes:
+            wait = getattr(self.engine, "wait_vocoder", None)
+            streams = bool(await wait(voice)) if wait is not None else True
+            modes = ("exact", "frozen-first") if streams else ("exact",)
+        for mode in modes:
+            t0 = time.perf_counter()
+            try:
+                synth = self.synthesize(text, voice=voice, speed=1.0, mode=mode, share=False)
+                async with contextlib.aclosing(synth) as chunks:
+                    async for _ in chunks:
+                        pass
+            except Exception as exc:
+                log.warning("speed warm-up failed (%s); the first requests assume real time", exc)
+                return
+            log.info("engine speed measured in %.2f s%s: RTF %.3f", time.perf_counter() - t0,
+                     f" ({mode})" if mode else "", self.speed.rtf(mode))
+
+    def _count(self, outcome: str) -> None:
+        if self.metrics is not None:
+            self.metrics.cache.labels(outcome).inc()
+
+    def forget(self, flight: Flight) -> None:
+        if flight.key is not None and self.flights.get(flight.key) is flight:
+            del self.flights[flight.key]
+
+    def finished(self, flight: Flight) -> None:
+        """A flight made all its audio: keep it for repeats, within the size limit."""
+        if flight.key is None or not self.cache_limit:
+            return
+        pcm = b"".join(flight.chunks)
+        if not pcm or len(pcm) > self.cache_limit:
+            return
+        old = self.cache.pop(flight.key, None)
+        self.cache_bytes -= len(old) if old is not None else 0
+        self.cache[flight.key] = pcm
+        self.cache_bytes += len(pcm)
+        while self.cache_bytes > self.cache_limit:
+            _, dropped = self.cache.popitem(last=False)
+            self.cache_bytes -= len(dropped)
+        if self.metrics is not None:
+            self.metrics.cache_bytes.set(self.cache_bytes)
+
+
+async def _once(pcm: bytes) -> AsyncIterator[bytes]:
+    yield pcm

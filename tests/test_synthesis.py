@@ -1,0 +1,171 @@
+"""Synthesize once (sharing, cache), the live speed, and the preroll_ms players are told."""
+from __future__ import annotations
+
+import asyncio
+import re
+
+import aiohttp
+import pytest
+
+from gateway.client import sse_stream, ws_stream
+from gateway.engines.fake import FakeEngine, fake_duration_s
+from gateway.schedule import Forecast, preroll_s
+from gateway.segmenter import split_text
+from gateway.speed import LiveSpeed
+from gateway.state import GATEWAY
+from gateway.synthesis import SynthesisHub
+
+from .conftest import fake_settings
+
+TEXT = ("The first sentence is here. The second one follows it closely. "
+        "A third sentence ends the reply.")
+SEGMENTS = len(split_text(TEXT, first_clause_words=2))
+
+
+def metric(text: str, name: str, label: str = "") -> float:
+    pattern = rf"^{re.escape(name)}(?:\{{[^}}]*{re.escape(label)}[^}}]*\}})? ([0-9.e+-]+)$"
+    return sum(float(v) for v in re.findall(pattern, text, re.M))
+
+
+async def metrics(http: aiohttp.ClientSession, url: str) -> str:
+    async with http.get(url + "/metrics") as r:
+        return await r.text()
+
+
+async def test_two_sessions_share_one_synthesis(start_server, http) -> None:
+    server = await start_server(fake_settings(fake_rtf=0.2, fake_chunk_ms=100))
+    ws, sse = await asyncio.gather(
+        ws_stream(http, server.ws_url, text=TEXT, options={"format": "pcm"}),
+        sse_stream(http, server.url + "/v1/stream/sse", text=TEXT, format="pcm"),
+    )
+    assert ws.done and sse.done
+    assert server.engine.calls == SEGMENTS  # not 2 x SEGMENTS
+    assert ws.audio == sse.audio and len(ws.audio) / 2 / 24000 == pytest.approx(fake_duration_s(TEXT), abs=0.01)
+    m = await metrics(http, server.url)
+    assert metric(m, "tts_synthesis_cache_total", 'outcome="join"') == SEGMENTS
+    assert metric(m, "tts_synthesis_cache_total", 'outcome="miss"') == SEGMENTS
+
+
+async def test_a_sharer_that_cancels_leaves_the_other_whole(start_server, http) -> None:
+    server = await start_server(fake_settings(fake_rtf=0.3, fake_chunk_ms=100))
+    whole, cut = await asyncio.gather(
+        ws_stream(http, server.ws_url, text=TEXT, options={"format": "pcm"}),
+        ws_stream(http, server.ws_url, text=TEXT, options={"format": "pcm"}, cancel_after_payloads=1),
+    )
+    assert cut.of("cancelled") and not cut.done
+    assert whole.done and len(whole.audio) / 2 / 24000 == pytest.approx(fake_duration_s(TEXT), abs=0.01)
+    assert server.engine.calls == SEGMENTS and server.engine.active == 0
+
+
+async def test_the_last_sharer_to_leave_stops_the_synthesis(start_server, http) -> None:
+    server = await start_server(fake_settings(fake_rtf=1.0, fake_chunk_ms=100))
+    sockets = [await http.ws_connect(server.ws_url) for _ in range(2)]
+    for ws in sockets:
+        await ws.send_json({"type": "text", "text": TEXT})
+        await ws.send_json({"type": "end"})
+    for ws in sockets:
+        while (await ws.receive()).type != aiohttp.WSMsgType.BINARY:
+            pass
+    await sockets[0].close()
+    await asyncio.sleep(0.3)
+    assert server.engine.active == 1  # the other still listens
+    await sockets[1].close()
+    for _ in range(50):
+        if not server.engine.active:
+            break
+        await asyncio.sleep(0.01)
+    assert server.engine.active == 0 and server.engine.calls == 1
+    assert not server.app[GATEWAY].hub.flights
+
+
+async def test_repeats_come_from_the_cache_unless_asked_not_to(start_server, http) -> None:
+    server = await start_server(fake_settings())
+    first = await ws_stream(http, server.ws_url, text=TEXT, options={"format": "pcm"})
+    calls = server.engine.calls
+    again = await ws_stream(http, server.ws_url, text=TEXT, options={"format": "pcm"})
+    assert server.engine.calls == calls and again.audio == first.audio
+    fresh = await ws_stream(http, server.ws_url, text=TEXT, options={"format": "pcm", "cache": False})
+    assert server.engine.calls == 2 * calls and fresh.audio == first.audio
+    m = await metrics(http, server.url)
+    assert metric(m, "tts_synthesis_cache_total", 'outcome="hit"') == SEGMENTS
+    assert metric(m, "tts_synthesis_cache_bytes") == len(first.audio)
+
+
+async def test_the_cache_keeps_to_its_size_limit() -> None:
+    engine = FakeEngine(fake_settings())
+    hub = SynthesisHub(engine, cache_mb=0.1)  # 104,857 bytes: about 2 s of PCM
+    texts = [f"word{n} " * 4 for n in range(6)]  # 0.96 s (46,080 bytes) each
+    for text in texts:
+        async for _ in hub.synthesize(text, voice="tone_a", speed=1.0):
+            pass
+    assert hub.cache_bytes <= hub.cache_limit
+    assert len(hub.cache) == 2 and [k[3] for k in hub.cache] == [t.strip() for t in texts[-2:]]
+
+
+async def test_engine_errors_reach_every_sharer(start_server, http) -> None:
+    server = await start_server(fake_settings(fake_rtf=0.5, fake_fail_after=2))
+    a, b = await asyncio.gather(
+        ws_stream(http, server.ws_url, text=TEXT),
+        ws_stream(http, server.ws_url, text=TEXT),
+    )
+    assert a.error and b.error and a.error["code"] == b.error["code"] == "engine_error"
+    assert server.engine.calls == 1
+
+
+def test_preroll_covers_an_engine_slower_than_real_time() -> None:
+    # 10 s of audio in one streamed segment at RTF 1.5: the player must hold about a third
+    slow = [Forecast(10.0, 15.0, first_fraction=0.0)]
+    need = preroll_s(slow, safety=1.0)
+    assert 10.0 * (1 - 1 / 1.5) <= need <= 10.0 * (1 - 1 / 1.5) + 0.6
+    assert preroll_s([Forecast(10.0, 3.0, first_fraction=0.05)], safety=1.0) == 0.0
+    # whole segments: a short first one cannot cover a long second one made at RTF 0.9
+    assert preroll_s([Forecast(0.6, 0.5), Forecast(3.0, 2.7)], safety=1.0) == pytest.approx(3.6)
+    # ... unless the player already holds enough
+    assert preroll_s([Forecast(3.0, 2.7)], held_s=3.0, safety=1.0) == 0.0
+
+
+def test_live_speed_follows_recent_calls() -> None:
+    speed = LiveSpeed(forget=0.5)
+    assert speed.rtf() == 1.0  # the prior
+    for _ in range(5):
+        speed.observe("exact", 2.0, 0.6, 0.6, chars=30)
+    assert speed.rtf("exact") == pytest.approx(0.3)
+    for _ in range(5):
+        speed.observe("exact", 2.0, 2.0, 2.0, chars=30)  # the machine got busy
+    assert speed.rtf("exact") > 0.9
+    assert speed.audio_s("x" * 30) == pytest.approx(2.0)
+    assert speed.rtf("frozen") == speed.rtf("exact")  # an unseen mode borrows the measured one
+
+
+@pytest.mark.parametrize(("rtf", "slow"), [(0.2, False), (1.5, True)])
+async def test_preroll_ms_follows_the_engines_speed(start_server, http, rtf: float, slow: bool) -> None:
+    server = await start_server(fake_settings(fake_rtf=rtf, fake_chunk_ms=100))
+    await ws_stream(http, server.ws_url, text="Measure the speed first.", options={"format": "pcm"})
+    r = await ws_stream(http, server.ws_url, text=TEXT, options={"format": "pcm"})
+    first = r.of("sentence")[0]["preroll_ms"]
+    audio_s = fake_duration_s(TEXT)
+    if slow:  # about the deficit, audio x (1 - 1/RTF), with the safety margin on top
+        assert audio_s * (1 - 1 / rtf) * 1000 <= first <= audio_s * 1000
+    else:
+        assert first == 0
+    assert all(isinstance(e["preroll_ms"], int) and e["preroll_ms"] >= 0 for e in r.of("sentence"))
+    async with http.get(server.url + "/readyz") as resp:
+        measured = (await resp.json())["speed"]["default"]["rtf"]
+    assert measured == pytest.approx(rtf, rel=0.35)
+
+
+async def test_ready_carries_preroll_ms_for_the_text_it_was_given(start_server, http) -> None:
+    server = await start_server(fake_settings(fake_rtf=2.0, fake_chunk_ms=100))
+    r = await sse_stream(http, server.url + "/v1/stream/sse", text=TEXT, format="pcm")
+    ready = r.of("ready")[0]
+    assert ready["preroll_ms"] > 0 and ready["cache"] is True
+
+
+def test_safety_grows_when_calls_run_over_their_forecast() -> None:
+    speed = LiveSpeed(forget=0.7)
+    for _ in range(6):
+        speed.observe("exact", 2.0, 1.0, 1.0)
+    assert speed.safety("exact", 1.15) == 1.15  # steady: the floor
+    for wall in (1.6, 0.9, 1.8, 1.0):
+        speed.observe("exact", 2.0, wall, wall)
+    assert 1.3 < speed.safety("exact", 1.15) <= 2.0
