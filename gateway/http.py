@@ -1,14 +1,9 @@
 """Plain HTTP routes: health, readiness, metrics, voices, the demo page and batch synthesis."""
 from __future__ import annotations
 
-import json
-
 from aiohttp import web
 
-from .audio.encoders import CONTENT_TYPES
-from .batch import synthesize_batch
-from .errors import BadRequest
-from .options import parse_options
+from .openai_speech import speech  # noqa: F401  (POST /v1/audio/speech, OpenAI-compatible)
 from .state import GATEWAY
 
 
@@ -42,29 +37,11 @@ async def voices(request: web.Request) -> web.Response:
         "default": gw.settings.default_voice or gw.engine.default_voice,
         "voices": [v.to_dict() for v in gw.engine.voices],
         "vocoder_modes": list(gw.engine.vocoder_modes),  # streaming inside a segment, if any
+        # the embedded and torch engines: which voice packs are in use (store or fallback)
+        **({"store": store} if (store := getattr(gw.engine, "voice_store", None)) else {}),
     })
 
 
 async def index(request: web.Request) -> web.FileResponse:
     gw = request.app[GATEWAY]
     return web.FileResponse(f"{gw.settings.static_dir}/index.html")
-
-
-async def speech(request: web.Request) -> web.Response:
-    """OpenAI-compatible ``POST /v1/audio/speech``: ``model``, ``input``, ``voice``, ``response_format``, ``speed``."""
-    gw = request.app[GATEWAY]
-    try:
-        body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise BadRequest("the body must be a JSON object", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise BadRequest("the body must be a JSON object", code="invalid_json")
-    text = body.get("input")
-    if not isinstance(text, str) or not text.strip():
-        raise BadRequest("`input` must be a non-empty string", code="empty_input")
-    fields = {**body, "text": text, "format": body.get("response_format") or body.get("format")}
-    fields.pop("chunking", None)
-    await gw.wait_ready()  # voices are known once the engine has loaded
-    options = parse_options(fields, gw.settings, gw.engine)
-    audio = await synthesize_batch(gw.engine, options, gw.settings)
-    return web.Response(body=audio, headers={"Content-Type": CONTENT_TYPES[options.format]})

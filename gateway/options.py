@@ -93,7 +93,9 @@ def parse_options(raw: Mapping[str, Any], settings: Settings, engine: Engine) ->
     """Validate ``raw`` (query, JSON body or ``start`` message) into ``StreamOptions``."""
     voice = str(raw.get("voice") or settings.default_voice or engine.default_voice)
     known = {v.id for v in engine.voices}
-    if voice not in known:
+    if (check_voice := getattr(engine, "check_voice", None)) is not None:
+        voice = check_voice(voice)  # an engine that takes blends (af_bella+af_sky) resolves them
+    elif voice not in known:
         raise BadRequest(
             f"unknown voice {voice!r}; choose one of {', '.join(sorted(known))}", code="unknown_voice"
         )

@@ -188,13 +188,22 @@ async function loadVoices() {
   try {
     const resp = await fetch('/v1/voices');
     const body = await resp.json();
-    sel.replaceChildren(...body.voices.map((v) => {
+    // one group per language, in the order the server lists them
+    const names = new Intl.DisplayNames(['en'], { type: 'language' });
+    const groups = new Map();
+    for (const v of body.voices) {
+      if (!groups.has(v.language)) {
+        const g = document.createElement('optgroup');
+        g.label = `${names.of(v.language)} (${v.language})`;
+        groups.set(v.language, g);
+      }
       const o = document.createElement('option');
       o.value = v.id;
-      o.textContent = `${v.id} (${v.language}, ${v.gender})`;
+      o.textContent = `${v.name || v.id} (${v.id}, ${v.gender}${v.grade ? `, ${v.grade}` : ''})`;
       o.selected = v.id === body.default;
-      return o;
-    }));
+      groups.get(v.language).append(o);
+    }
+    sel.replaceChildren(...groups.values());
     $('#engine').textContent = body.engine;
   } catch (err) {
     $('#notice').textContent = `Could not load voices: ${err}`;

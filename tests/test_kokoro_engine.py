@@ -81,7 +81,11 @@ async def test_kokoro_engine_loads_offline_and_synthesizes(tmp_path: Path, start
     engine = KokoroEngine(settings)
     await engine.start()
     try:
-        assert [(v.id, v.language, v.gender, v.default) for v in engine.voices] == [("af_test", "en-US", "female", True)]
+        # the store's 54 packs, plus the folder's own
+        voices = {v.id: (v.language, v.gender, v.default) for v in engine.voices}
+        assert len(voices) == 55 and voices["af_test"] == ("en-US", "female", False)
+        assert voices["af_heart"] == ("en-US", "female", True) and voices["bf_emma"][0] == "en-GB"
+        assert engine.voice_store["fallback"] is False and engine.voice_store["from_kokoro_dir"] == ["af_test"]
         model = engine._model
         assert model is not None and model.device == "cpu"
         per_frame = samples_per_frame(config)
@@ -116,7 +120,6 @@ async def test_kokoro_engine_loads_offline_and_synthesizes(tmp_path: Path, start
 @pytest.mark.parametrize("remove, named", [
     ("config.json", "config.json"),
     ("model.pth", ".pth"),
-    ("voices/af_test.pt", "voice packs"),
 ])
 async def test_missing_model_file_is_named(tmp_path: Path, remove: str, named: str) -> None:
     (tmp_path / "voices").mkdir()
@@ -129,6 +132,29 @@ async def test_missing_model_file_is_named(tmp_path: Path, remove: str, named: s
         await engine.start()
     assert info.value.code == "model_missing"
     assert named in info.value.message and str(tmp_path) in info.value.message
+
+
+async def test_voice_packs_come_from_the_store_without_any_in_the_folder(tmp_path: Path) -> None:
+    write_model_folder(tmp_path)
+    (tmp_path / "voices" / "af_test.pt").unlink()
+    settings = load_settings(env={}, overrides={"engine": "kokoro", "kokoro_dir": str(tmp_path),
+                                                "kokoro_device": "cpu"})
+    engine = KokoroEngine(settings)
+    await engine.start()
+    try:
+        assert len(engine.voices) == 54 and engine.default_voice == "af_heart"
+        # the store's pack is the style the model gets; a blend is the weighted mean of packs
+        model = engine._model
+        assert model is not None
+        store = engine.packs.packs
+        np.testing.assert_array_equal(model.style("af_heart").numpy(), store["af_heart"])
+        blend = model.style(engine.check_voice("af_bella(3)+af_sky(1)")).numpy()
+        np.testing.assert_allclose(blend, (3 * store["af_bella"] + store["af_sky"]) / 4, atol=1e-6)
+        for voice, text in (("bf_emma", "Good morning."), ("ef_dora", "Buenos días.")):
+            pcm = b"".join([c async for c in engine.synthesize(text, voice=voice, speed=1.0)])
+            assert len(pcm) > 0
+    finally:
+        await engine.aclose()
 
 
 async def test_unset_folder_says_which_setting() -> None:

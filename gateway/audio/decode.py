@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 # the ffmpeg demuxer for each wire format (pcm needs none)
-_DEMUXERS = {"mp3": "mp3", "wav": "wav", "opus": "webm"}
+_DEMUXERS = {"mp3": "mp3", "wav": "wav", "opus": "webm", "ogg": "ogg", "aac": "aac", "flac": "flac"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..config import Settings
-from ..engines.embedded import VOICES, EmbeddedEngine
+from ..engines.embedded import EmbeddedEngine
 from ..g2p import ROUTES
 from . import wer
 
@@ -63,9 +63,9 @@ async def floor_clip(engine: EmbeddedEngine, text: str, voice: str, seed: int) -
     from ..vocoder.bench import Bench
 
     model, vocoder = engine.model, engine.vocoder
-    tokens = [model.vocab[c] for c in await engine.phonemes(text)]
-    bench = Bench(vocoder, model.styles, model.vocab)
-    style = model.styles[voice].reshape(-1, 256)[len(tokens) - 1].reshape(1, 256)
+    tokens = [model.vocab[c] for c in await engine.phonemes(text, voice)]
+    bench = Bench(vocoder, {voice: model.style(voice)}, model.vocab)
+    style = model.style(voice).reshape(-1, 256)[len(tokens) - 1].reshape(1, 256)
     return await asyncio.to_thread(bench.floor, tokens, style, voice, seed)
 
 
@@ -145,7 +145,8 @@ def print_table(cells: list[dict[str, Any]], voices: list[str], whispers: list[s
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bench quality", description=__doc__)
-    parser.add_argument("--voices", default=",".join(v.id for v in VOICES))
+    # the default voice and the next-best graded English ones, American and British
+    parser.add_argument("--voices", default="af_heart,af_bella,am_michael,bf_emma")
     parser.add_argument("--routes", default=",".join(ROUTES))
     parser.add_argument("--whisper", action="append", default=[], metavar="NAME=PATH",
                         help="extra local Whisper (CTranslate2) folder, e.g. base=/models/base.en")

@@ -18,12 +18,18 @@ class Voice:
     gender: str  # "female" / "male" / "neutral"
     description: str = ""
     default: bool = False
+    name: str = ""  # "Heart" for af_heart
+    grade: str = ""  # hexgrad's overall grade, where graded
+    wer: float | None = None  # measured English word error rate (bench quality), where measured
 
     def to_dict(self) -> dict[str, object]:
         return {
             "id": self.id,
+            "name": self.name or self.id,
             "language": self.language,
             "gender": self.gender,
+            "grade": self.grade or None,
+            "wer": self.wer,
             "description": self.description,
             "default": self.default,
         }

