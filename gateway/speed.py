@@ -20,6 +20,7 @@ from .vocoder.pacing import CostModel
 
 DEFAULT = "default"  # the key of engines without vocoder modes (and of an unnamed mode)
 PRIOR_RTF = 1.0  # before any measurement: assume real time, the pessimistic side of most hosts
+PRIOR_OVERRUN = 0.3  # see LiveSpeed._overrun
 PRIOR_S_PER_CHAR = 0.065  # audio seconds per character of English at speed 1 (Kokoro, measured)
 
 
@@ -43,7 +44,9 @@ class LiveSpeed:
         self._chars = [0.0, 0.0]  # decayed audio seconds x speed, characters
         # decayed mean square of how far calls of any mode ran over their forecast (0.2: 20%
         # slower): the machine's state, so a slowdown seen in one mode counts for all
-        self._overrun = [0.0, 0.0]  # weight, sum of squares
+        # until calls say otherwise, assume they overrun by PRIOR_OVERRUN (one pseudo-call):
+        # the first reply after start-up is the one whose player cannot be corrected in time
+        self._overrun = [1.0, PRIOR_OVERRUN ** 2]  # weight, sum of squares
 
     def observe(self, mode: str | None, audio_s: float, wall_s: float, first_s: float,
                 *, chars: int = 0, speed: float = 1.0) -> None:

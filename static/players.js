@@ -39,6 +39,20 @@ export const isSilent = (rms) => rms < SILENCE_RMS;
  */
 const DRY_S = 0.06; // ahead of the playhead: pause here, before Chromium's renderer underflows
 const RESUME_S = 0.1;
+// The gateway sends the next sentence's `preroll_ms` right after a segment's last audio, measured
+// on that segment: a player whose hold that audio met waits this long for it before it plays.
+const GRACE_MS = 30;
+
+/** True once `GRACE_MS` have passed since the hold was first met; schedules `again` meanwhile. */
+function graced(player, again) {
+  const now = performance.now();
+  if (player.metAt === undefined) {
+    player.metAt = now;
+    setTimeout(again, GRACE_MS);
+    return false;
+  }
+  return now - player.metAt >= GRACE_MS - 1;
+}
 
 /**
  * MediaSource `audio/mpeg`: appends whole payloads in order, ends the stream after the last.
@@ -136,7 +150,9 @@ export class MsePlayer {
     const ahead = this.ahead();
     const need = this.began ? Math.max(this.prerollS, RESUME_S) : this.prerollS;
     const all = this.finished && !this.queue.length && !this.sb.updating; // nothing more to come
-    if (!all && (ahead < need || ahead === 0)) return;
+    if (!all && (ahead < need || ahead === 0)) { this.metAt = undefined; return; }
+    if (!all && !graced(this, () => this.resume())) return;
+    this.metAt = undefined;
     this.holding = false;
     if (!this.began) this.started(ahead);
     this.resuming = true; // until `playing`: the element may still wait for more on its own
@@ -238,7 +254,9 @@ export class PcmPlayer {
     const now = this.ctx.currentTime;
     const idle = !this.chunks.length || this.next < now;
     const need = this.chunks.length ? Math.max(this.prerollS, RESUME_S) : this.prerollS;
-    if (idle && !this.finished && this.heldS < need) return;
+    if (idle && !this.finished && this.heldS < need) { this.metAt = undefined; return; }
+    if (idle && !this.finished && !graced(this, () => this.drain())) return;
+    this.metAt = undefined;
     if (!this.chunks.length) this.begin(now);
     else if (idle) this.rebuffered(now);
     for (const buf of this.held) this.schedule(buf);

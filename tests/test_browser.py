@@ -39,7 +39,9 @@ ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def gateway_url() -> AsyncIterator[str]:
-    async with serve(fake_settings(fake_rtf=0.3)) as url:
+    # no cache of finished replies: tests replay the same texts and expect them synthesized (Stop
+    # must find the reply still streaming)
+    async with serve(fake_settings(fake_rtf=0.3, cache_mb=0)) as url:
         yield url
 
 

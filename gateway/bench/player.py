@@ -37,16 +37,35 @@ class Playback:
     gaps: tuple[tuple[float, float], ...]  # (ran dry, resumed), after playback started
 
 
-def simulate(arrivals: Sequence[Arrival], tolerance_s: float = 0.0) -> Playback:
+GRACE_S = 0.03  # as the demo page's players: a newer preroll that follows at once counts
+
+
+def _still_met(arrivals: Sequence[Arrival], i: int, held: float, preroll: float, grace_s: float) -> bool:
+    """Is the hold met at arrival ``i`` still met once what follows within ``grace_s`` is in
+    (the gateway sends the next sentence's preroll right after a segment's last audio)?"""
+    for b in arrivals[i + 1:]:
+        if b.t_s > arrivals[i].t_s + grace_s:
+            break
+        held += b.audio_s
+        if b.preroll_s is not None:
+            preroll = b.preroll_s
+        if b.done:
+            return True
+    return held >= preroll - EPS
+
+
+def simulate(arrivals: Sequence[Arrival], tolerance_s: float = 0.0, grace_s: float = GRACE_S) -> Playback:
     """Play ``arrivals`` (in time order) in real time, holding back the preroll in force.
 
-    A rebuffer of ``tolerance_s`` or less delays the rest but is not counted as a stall.
+    A rebuffer of ``tolerance_s`` or less delays the rest but is not counted as a stall. When
+    an arrival meets the hold, a preroll that arrives within ``grace_s`` after it counts too
+    (the start is not moved by the grace: at most 30 ms).
     """
     held = preroll = total = last = 0.0
     playing = done = False
     first = start = dry_at = None
     gaps: list[tuple[float, float]] = []
-    for a in arrivals:
+    for i, a in enumerate(arrivals):
         if playing:
             if a.t_s - last > held + EPS:
                 playing, dry_at, held = False, last + held, 0.0
@@ -60,7 +79,8 @@ def simulate(arrivals: Sequence[Arrival], tolerance_s: float = 0.0) -> Playback:
         if a.preroll_s is not None:
             preroll = a.preroll_s
         done = done or a.done
-        if not playing and held > 0 and (held >= preroll - EPS or done):
+        if not playing and held > 0 and (done or (held >= preroll - EPS
+                                                  and _still_met(arrivals, i, held, preroll, grace_s))):
             playing = True
             if start is None:
                 start = a.t_s

@@ -198,7 +198,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", default="bench-results/transports.json")
     args = parser.parse_args(argv)
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-    overrides: dict[str, Any] = {"engine": args.engine}
+    # cache_mb=0: each channel synthesizes its own reply (repeats would come from the cache)
+    overrides: dict[str, Any] = {"engine": args.engine, "cache_mb": 0}
     if args.engine == "fake":
         overrides["fake_rtf"] = args.fake_rtf
     settings = load_settings(overrides=overrides)
