@@ -53,8 +53,10 @@ async def test_a_waiting_listener_gets_the_segment_in_growing_chunks(engine: Emb
     # the same sentence: the two paths trim silence a frame apart at most
     assert abs(len(joined) - len(whole)) / RATE < 0.06
     d = distance(whole, joined)
-    # frozen-first measured 0.6-0.8 dB timbre and under 1 dB loudness from the exact model
-    assert d.timbre_db < 1.5 and abs(d.loudness_db) < 1.5, d.row()
+    # frozen-first measured 0.6-0.8 dB timbre on jm_kumo; on af_heart (the default since the
+    # native voices) 0.97-1.23 dB over bench quality's sentences and 1.57 dB on this one once,
+    # under load (the chunking follows the measured speed); a broken join gives 4 dB or more
+    assert d.timbre_db < 2.0 and abs(d.loudness_db) < 1.5, d.row()
     cuts = np.cumsum([len(c) for c in streamed])[:-1].tolist()
     assert worst_join_ratio(joined, cuts) < 1.0  # no step at a join larger than the signal's own
 
