@@ -255,7 +255,9 @@ async def test_players_hold_the_servers_preroll_then_play_without_gaps(
         # the server asked for a preroll, and playback began only once about that much was held
         assert st["prerollMaxMs"] > 0, "the server sent no preroll_ms > 0"
         asked, held = st["startPrerollMs"], st["startHeldMs"]
-        assert 0 < asked <= held <= asked + HELD_SLACK_MS, (name, asked, held)
+        # the preroll can fall while the player holds (the first is forecast with a prior
+        # margin, later ones on measured calls): what it held is bounded by the most asked
+        assert 0 < asked <= held <= st["prerollMaxMs"] + HELD_SLACK_MS, (name, asked, held, st["prerollMaxMs"])
         assert st["firstPlayMs"] > st["ttfbMs"]
         assert gaps_over(st, MAX_GAP_MS) == [], (name, st["gaps"], st["prerollMs"])
 
