@@ -129,7 +129,14 @@ def run_loop(main: object) -> None:
 
 
 def run_module(target: str, argv: list[str]) -> int:
-    module = importlib.import_module(target)
+    try:
+        module = importlib.import_module(target)
+    except ModuleNotFoundError as exc:
+        if exc.name != target.split(".")[0]:
+            raise
+        # benchmarks and the load test live beside the product (bench/), not in its wheel
+        print(f"{target} is not installed: run it from a checkout of the repository", file=sys.stderr)
+        return 2
     return int(module.main(argv) or 0)
 
 
@@ -140,16 +147,16 @@ def main(argv: list[str] | None = None) -> int:
     # tools with options of their own get the rest of the line untouched
     if argv[0] in ("loadtest", "deploy"):
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        return run_module("gateway.bench.loadtest" if argv[0] == "loadtest" else "gateway.deploy", argv[1:])
+        return run_module("bench.loadtest" if argv[0] == "loadtest" else "gateway.deploy", argv[1:])
     if argv[0] == "bench" and len(argv) > 1 and argv[1] in BENCHES:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        return run_module(f"gateway.bench.{argv[1]}", argv[2:])
+        return run_module(f"bench.{argv[1]}", argv[2:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "bench":
-        return run_module(f"gateway.bench.{args.name}", args.args)
+        return run_module(f"bench.{args.name}", args.args)
     if args.command == "loadtest":
-        return run_module("gateway.bench.loadtest", args.args)
+        return run_module("bench.loadtest", args.args)
     if args.command == "deploy":
         return run_module("gateway.deploy", args.args)
     settings = settings_from(args)

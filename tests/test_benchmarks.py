@@ -16,11 +16,11 @@ import pytest
 from aiohttp import web
 
 from gateway.agent import pick_reply, tokenize
-from gateway.bench import agent, overhead, ttfb
-from gateway.bench import playback as playback_bench
-from gateway.bench.common import free_port, playback, stats
-from gateway.bench.corpus import REPLIES, agent_prompts
-from gateway.bench.player import Arrival, simulate
+from bench import agent, overhead, ttfb
+from bench import playback as playback_bench
+from bench.common import free_port, playback, stats
+from bench.corpus import REPLIES, agent_prompts
+from bench.player import Arrival, simulate
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -18,7 +18,7 @@ import pytest_asyncio
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from gateway.audio.mp3 import count_frames, is_whole_frames
-from gateway.bench.transports import (
+from bench.transports import (
     CHROMIUM, FINISHED_JS, launch_chromium, open_demo, payloads, play, serve, stats,
 )
 from gateway.config import load_settings

@@ -28,7 +28,7 @@ from aiohttp import web
 from gateway.config import Settings
 from gateway.audio.decode import decode_mp3
 from gateway.audio.mp3 import is_whole_frames
-from gateway.client import ws_stream
+from bench.client import ws_stream
 from gateway.container import STREAM_PATH, make_container_app
 from gateway.engines.fake import FakeEngine, fake_duration_s
 from gateway.errors import EngineError

@@ -13,7 +13,7 @@ from aiohttp import web
 from gateway.app import make_app
 from gateway.audio.decode import decode_mp3
 from gateway.audio.mp3 import is_whole_frames
-from gateway.client import sse_stream, ws_stream
+from bench.client import sse_stream, ws_stream
 from gateway.config import load_settings
 from gateway.state import GATEWAY
 

@@ -11,7 +11,7 @@ import aiohttp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.client import ws_stream
+from bench.client import ws_stream
 
 from .conftest import fake_settings
 

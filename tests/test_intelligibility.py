@@ -11,7 +11,7 @@ import logging
 import numpy as np
 import pytest
 
-from gateway.bench import wer
+from bench import wer
 from gateway.config import Settings
 from gateway.engines.embedded import EmbeddedEngine
 

@@ -10,7 +10,7 @@ from typing import Awaitable, Callable
 import aiohttp
 import pytest
 
-from gateway.bench.loadtest import (
+from bench.loadtest import (
     LevelResult,
     Plan,
     ServiceLevel,

@@ -11,9 +11,9 @@ import aiohttp
 import pytest
 from aiohttp import WSMsgType
 
-from gateway.client import sse_stream, ws_stream
+from bench.client import sse_stream, ws_stream
 from gateway.engines.fake import FakeEngine
-from gateway.procs import ServerProcess
+from bench.procs import ServerProcess
 from gateway.state import GATEWAY
 
 from .conftest import Server, fake_settings
@@ -249,7 +249,7 @@ async def test_sigterm_lets_sessions_finish_then_goes_away(http) -> None:
 
 
 async def test_short_soak_leaves_no_task_behind() -> None:
-    from gateway.bench.soak import soak
+    from bench.soak import soak
 
     with ServerProcess("serve", "--engine", "fake", settings=["fake_rtf=0.2", "fake_chunk_ms=100"]) as server:
         result = await soak(server.url, seconds=4, clients=8)

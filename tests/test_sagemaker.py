@@ -1,6 +1,6 @@
 """The ``sagemaker`` engine in batch mode: boto3's ``InvokeEndpoint`` against a local stand-in.
 
-The stand-in (``gateway.sagemaker_stub``) serves the runtime API's own path,
+The stand-in (``tests.support.sagemaker_stub``) serves the runtime API's own path,
 ``POST /endpoints/{name}/invocations``, reached through boto3's ``endpoint_url``, and relays
 to a REAL model container subprocess (``run_gateway.py container --engine fake``). boto3 signs
 with SigV4 from credentials in the environment, as the AWS chain would find them. The
@@ -18,12 +18,12 @@ from aiohttp import web
 from gateway.config import Settings
 from gateway.audio.decode import decode_mp3
 from gateway.audio.mp3 import is_whole_frames
-from gateway.client import ws_stream
+from bench.client import ws_stream
 from gateway.engines import create_engine
 from gateway.engines.fake import FakeEngine
 from gateway.engines.sagemaker import SageMakerEngine, SageMakerOptions
 from gateway.errors import BadRequest, EngineError
-from gateway.sagemaker_stub import Stub, make_invocations_app
+from tests.support.sagemaker_stub import Stub, make_invocations_app
 from gateway.segmenter import split_text
 
 from .conftest import fake_settings, free_port

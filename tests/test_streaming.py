@@ -13,7 +13,7 @@ from gateway.agent import pick_reply
 from gateway.audio.decode import decode_mp3
 from gateway.audio.mp3 import is_whole_frames, parse_header
 from gateway.engines.fake import fake_duration_s
-from gateway.client import sse_stream, ws_stream
+from bench.client import sse_stream, ws_stream
 from gateway.segmenter import split_text
 
 from .conftest import Server, fake_settings

@@ -7,7 +7,7 @@ import re
 import aiohttp
 import pytest
 
-from gateway.client import sse_stream, ws_stream
+from bench.client import sse_stream, ws_stream
 from gateway.engines.fake import FakeEngine, fake_duration_s
 from gateway.schedule import Forecast, preroll_s
 from gateway.segmenter import split_text

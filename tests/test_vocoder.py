@@ -14,7 +14,7 @@ import pytest
 
 from gateway.vocoder import calibrate
 from gateway.vocoder.chunked import FRAME, ChunkRunner, Encoded, Policy, phase_offset, voiced_span
-from gateway.vocoder.measure import distance, worst_join_ratio
+from bench.measure import distance, worst_join_ratio
 from gateway.vocoder.names import CROP, CUMSUM, ENERGY, F0, FEATURES
 from gateway.vocoder.split import extract, split
 from gateway.vocoder.streaming import StreamingVocoder
@@ -93,7 +93,7 @@ def test_cache_round_trip_and_incomplete_files(tmp_path: Path) -> None:
 
 
 def test_align_finds_the_shift_between_two_trims() -> None:
-    from gateway.vocoder.measure import align
+    from bench.measure import align
 
     rng = np.random.default_rng(2)
     ref = rng.standard_normal(30000).astype(np.float32)

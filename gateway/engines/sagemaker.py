@@ -16,7 +16,7 @@ Two modes (setting ``sagemaker_mode``):
   ``POST /invocations``, ``format=pcm``); the segment's PCM arrives whole. Python 3.11 works.
 
 Credentials and region come from the standard AWS chain; ``sagemaker_region``,
-``sagemaker_endpoint_url`` (a VPC endpoint, or ``gateway.sagemaker_stub`` in tests) and
+``sagemaker_endpoint_url`` (a VPC endpoint, or ``tests.support.sagemaker_stub`` in tests) and
 ``sagemaker_ca_file`` (the CAs to trust for it) override it.
 
 Errors: the service's (``ModelStreamError``, ``InputValidationError``, ``ModelError``, ...)

@@ -1,6 +1,6 @@
 """``InvokeEndpointWithBidirectionalStream`` end to end, with the real HTTP/2 SDK (Python 3.12+).
 
-The service's stand-in is ``gateway.sagemaker_stub.BidiApp`` served by hypercorn over TLS
+The service's stand-in is ``tests.support.sagemaker_stub.BidiApp`` served by hypercorn over TLS
 (the SDK speaks HTTP/2 only over TLS) with a CA and certificate made here; the SDK trusts that
 CA through the engine's CRT transport. The stand-in decodes the signed event-stream frames with
 the SDK's own codecs and relays every PayloadPart to a REAL model container subprocess
@@ -20,11 +20,11 @@ import pytest
 from gateway.config import Settings
 from gateway.audio.decode import decode_mp3
 from gateway.audio.mp3 import is_whole_frames
-from gateway.client import ws_stream
+from bench.client import ws_stream
 from gateway.engines.fake import FakeEngine
 from gateway.engines.sagemaker import SageMakerEngine, SageMakerOptions, crt_transport
 from gateway.errors import EngineError
-from gateway.sagemaker_stub import Stub, TlsFiles, make_test_certs, serve_bidi
+from tests.support.sagemaker_stub import Stub, TlsFiles, make_test_certs, serve_bidi
 from gateway.segmenter import split_text
 
 from ..conftest import fake_settings, free_port

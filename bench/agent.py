@@ -28,9 +28,9 @@ from typing import Any, AsyncIterator, Protocol
 
 import aiohttp
 
-from ..agent import SimulatedAgent
-from ..client import StreamResult
-from ..config import Settings
+from gateway.agent import SimulatedAgent
+from .client import StreamResult
+from gateway.config import Settings
 from .common import (Probe, RESULTS_DIR, RemoteClient, Target, bench_settings, gateway, machine, measure,
                      plot_timeline, post_speech, publish, quiet_logs, stall_cell, stream_run, summarize,
                      table, timeline)

@@ -37,7 +37,7 @@ from typing import Any, AsyncIterator, Sequence
 import aiohttp
 import numpy as np
 
-from ..config import Settings
+from gateway.config import Settings
 from .common import (RESULTS_DIR, RemoteClient, Target, _pyplot, bench_settings, gateway, machine,
                      post_speech, publish, quiet_logs, table)
 from .player import SAMPLE_RATE, session_run

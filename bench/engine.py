@@ -18,8 +18,8 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from ..config import Settings
-from ..engines.embedded import EmbeddedEngine
+from gateway.config import Settings
+from gateway.engines.embedded import EmbeddedEngine
 
 SENTENCES = (
     "The weather will be sunny in the morning with light rain after lunch.",

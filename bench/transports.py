@@ -23,7 +23,7 @@ from typing import Any, AsyncIterator
 
 from aiohttp import web
 
-from ..config import Settings, load_settings
+from gateway.config import Settings, load_settings
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +113,8 @@ def free_port() -> int:
 @asynccontextmanager
 async def serve(settings: Settings) -> AsyncIterator[str]:
     """A real gateway on a free loopback port; yields its URL."""
-    from ..app import make_app
-    from ..state import GATEWAY
+    from gateway.app import make_app
+    from gateway.state import GATEWAY
 
     app = make_app(settings)
     runner = web.AppRunner(app, handler_cancellation=True)

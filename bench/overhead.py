@@ -26,9 +26,9 @@ from typing import Any, AsyncIterator
 
 import aiohttp
 
-from ..engines import create_engine
-from ..engines.base import Engine
-from ..segmenter import split_text
+from gateway.engines import create_engine
+from gateway.engines.base import Engine
+from gateway.segmenter import split_text
 from .common import (Probe, RESULTS_DIR, RemoteClient, Target, bench_settings, gateway, machine, measure,
                      publish, quiet_logs, summarize, table)
 

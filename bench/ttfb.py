@@ -31,8 +31,8 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from ..engines.fake import GAP_S, WORD_S
-from ..segmenter import split_text
+from gateway.engines.fake import GAP_S, WORD_S
+from gateway.segmenter import split_text
 from .common import (Probe, RESULTS_DIR, RemoteClient, Target, bench_settings, free_port, gateway, machine,
                      measure, plot_timeline, post_speech, publish, quiet_logs, stall_cell, stream_run,
                      subprocess_server, summarize, table, timeline)

@@ -13,9 +13,9 @@ session failed and p99 lateness stays under the bound (50 ms). Gateway CPU is re
 /proc over the same window, so "streams per core" is measured, not guessed. With ``--profile``
 py-spy samples the gateway during the window and the hottest functions are reported.
 
-    python -m gateway.bench.capacity --format pcm --levels 100,250,500,1000,1500
-    python -m gateway.bench.capacity --format mp3 --levels 50,100,200,400 --encoders --profile
-    python -m gateway.bench.capacity --relay --levels 50,100,150   # gateway -> model container
+    python -m bench.capacity --format pcm --levels 100,250,500,1000,1500
+    python -m bench.capacity --format mp3 --levels 50,100,200,400 --encoders --profile
+    python -m bench.capacity --relay --levels 50,100,150   # gateway -> model container
 """
 from __future__ import annotations
 
@@ -42,14 +42,14 @@ from typing import Any, AsyncIterator
 import aiohttp
 import numpy as np
 
-from ..config import ROOT, Settings
-from ..engines.fake import FakeEngine
-from ..errors import BadRequest
+from gateway.config import ROOT, Settings
+from gateway.engines.fake import FakeEngine
+from gateway.errors import BadRequest
 
 log = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
-PACED_FAKE = "gateway.bench.capacity:PacedFakeEngine"
+PACED_FAKE = "bench.capacity:PacedFakeEngine"
 # the gateway's own entry point on uvloop's event loop, to measure what the loop costs
 UVLOOP_MAIN = "import sys, uvloop; uvloop.install(); from gateway.cli import main; sys.exit(main(sys.argv[1:]))"
 
@@ -90,7 +90,7 @@ def reply_text(seconds: float) -> str:
 def payload_seconds(data: bytes, fmt: str, rate: int) -> float:
     if fmt == "pcm":
         return len(data) / 2 / rate
-    from ..audio.mp3 import iter_frames
+    from gateway.audio.mp3 import iter_frames
 
     return sum(h.duration_s for _, h in iter_frames(data))
 
@@ -203,7 +203,7 @@ class PacedFakeEngine(FakeEngine):
     ``FakeEngine`` sleeps chunk by chunk, so each sleep's overshoot adds up (about 2 ms per
     200 ms chunk here: 100 ms behind after ten seconds), which a lateness figure would blame on
     the gateway. This one releases chunk n at ``start + audio up to n x fake_rtf``.
-    Run it with ``--engine gateway.bench.capacity:PacedFakeEngine``.
+    Run it with ``--engine bench.capacity:PacedFakeEngine``.
     """
 
     def __init__(self, settings: Settings) -> None:
@@ -278,7 +278,7 @@ def encoder_speeds(seconds: float = 20.0) -> dict[str, float]:
     """x real time of each MP3 encoder alone on one core (64 kbps, 24 kHz, 200 ms chunks)."""
     import av
 
-    from ..audio.encoders import Mp3Encoder
+    from gateway.audio.encoders import Mp3Encoder
 
     rng = np.random.default_rng(7)  # tones + noise: LAME's cost barely depends on content
     t = np.arange(int(24000 * seconds)) / 24000

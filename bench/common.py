@@ -25,8 +25,8 @@ import aiohttp
 import numpy as np
 from aiohttp import web
 
-from ..config import ROOT, Settings, load_settings
-from ..engines.base import Engine
+from gateway.config import ROOT, Settings, load_settings
+from gateway.engines.base import Engine
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +81,8 @@ async def gateway(settings: Settings, name: str | None = None, engine: Engine | 
     inference pool), so gateways that differ only in core settings can be measured side by
     side; the engine is closed by whichever gateway stops first, so stop them together.
     """
-    from ..app import make_app
-    from ..state import GATEWAY
+    from gateway.app import make_app
+    from gateway.state import GATEWAY
 
     app = make_app(settings, engine)
     runner = web.AppRunner(app, handler_cancellation=True)
@@ -153,7 +153,7 @@ class RemoteClient:
     @classmethod
     @contextlib.asynccontextmanager
     async def start(cls) -> AsyncIterator["RemoteClient"]:
-        code = "from gateway.bench.common import client_worker; client_worker()"
+        code = "from bench.common import client_worker; client_worker()"
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-c", code, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, limit=1 << 24)
         try:
@@ -172,7 +172,7 @@ class RemoteClient:
         """One reply (``text`` or ``prompt``) on ``ws`` or ``sse``; a ``StreamResult`` whose
         payloads keep only their sizes (the audio itself stays in the child). Options default
         to ``cache: false``: each run synthesizes afresh."""
-        from ..client import StreamResult
+        from .client import StreamResult
 
         if self.proc.stdin is None or self.proc.stdout is None:
             raise RuntimeError("the client process has no pipes")
@@ -198,7 +198,7 @@ def client_worker() -> None:
 
 
 async def _client_jobs() -> None:
-    from ..client import sse_stream, ws_stream
+    from .client import sse_stream, ws_stream
 
     async with aiohttp.ClientSession() as http:
         while line := await asyncio.to_thread(sys.stdin.readline):
@@ -439,7 +439,7 @@ def timeline(result: Any, *, bitrate: int, first_clause_words: int, max_chars: i
     ``sentence`` event to its last audio payload (the encoder's lag moves a few ms of each
     segment into the next one's first payload).
     """
-    from ..segmenter import Segmenter
+    from gateway.segmenter import Segmenter
 
     events = [(k, f) for _, k, f in result.events]
     tokens = [(float(f["t_ms"]), str(f["delta"])) for k, f in events if k == "text"]

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import aiohttp
 
-from ..client import sse_stream, ws_stream
-from ..procs import ServerProcess
+from .client import sse_stream, ws_stream
+from .procs import ServerProcess
 
 log = logging.getLogger(__name__)
 TEXTS = (

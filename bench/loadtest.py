@@ -19,7 +19,7 @@ The knee is the highest level at which it and every lower level meet the service
 
 Writes ``result.json``, ``policy.json`` (the target-tracking configuration ``deploy --policy``
 takes), ``policy-invocations.json`` and ``curves.png`` to ``--out``. Targets must be loopback
-unless ``--allow-remote``. ``loadtest --capacity ...`` runs ``gateway.bench.capacity``.
+unless ``--allow-remote``. ``loadtest --capacity ...`` runs ``bench.capacity``.
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ import aiohttp
 import numpy as np
 from yarl import URL
 
-from ..client import sse_stream
+from .client import sse_stream
 from .capacity import GatewayProcess, busy_fraction, cpu_times, payload_seconds
 
 log = logging.getLogger(__name__)
@@ -411,7 +411,7 @@ def plot(levels: Sequence[LevelResult], slo: ServiceLevel, targets: Targets, pat
 
 def write_outputs(out: Path, report: dict[str, Any], levels: list[LevelResult], slo: ServiceLevel,
                   targets: Targets, title: str) -> None:
-    from ..deploy import INVOCATIONS_METRIC, target_tracking
+    from gateway.deploy import INVOCATIONS_METRIC, target_tracking
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "result.json").write_text(json.dumps(report, indent=2))

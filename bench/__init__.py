@@ -11,7 +11,7 @@ import importlib
 
 
 def run(name: str, argv: list[str]) -> int:
-    """Run ``gateway.bench.<name>.main(argv)``; only the chosen benchmark is imported."""
+    """Run ``bench.<name>.main(argv)``; only the chosen benchmark is imported."""
     if not name.isidentifier() or name == "wer":
         raise ValueError(f"unknown benchmark {name!r}")
     module = importlib.import_module(f"{__name__}.{name}")
