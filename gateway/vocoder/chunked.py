@@ -40,6 +40,7 @@ class Encoded:
     features: np.ndarray  # [1, 512, T]
     f0: np.ndarray  # [1, 2T], Hz
     energy: np.ndarray  # [1, 2T]
+    durations: np.ndarray | None = None  # [N + 2] frames per token, pads included (sum T)
 
     @property
     def frames(self) -> int:

@@ -9,6 +9,9 @@ from dataclasses import dataclass
 FEATURES = "/encoder/MatMul_1_output_0"  # aligned text features [1, 512, T]
 F0 = "/encoder/Reshape_output_0"  # pitch, Hz [1, 2T]
 ENERGY = "/encoder/Reshape_1_output_0"  # [1, 2T]
+# the duration predictor's output, rounded and at least 1: frames per input token, pads
+# included [1, N + 2]; the frames sum to T (600 samples each): word timings (``timestamps``)
+DURATIONS = "/encoder/Clip_output_0"
 CUMSUM = "/decoder/decoder/generator/m_source/l_sin_gen/CumSum_output_0"  # [1, 2T, 9]
 GENERATOR = "/decoder/decoder/generator/"
 DECODER = "/decoder/"

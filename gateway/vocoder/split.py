@@ -32,12 +32,12 @@ import onnx
 from onnx import TensorProto, helper
 
 from .names import (
-    CROP, CUMSUM, DECODER, ENERGY, F0, FEATURES, GENERATOR, HARMONICS, PHASE_OFFSET, Statistic,
+    CROP, CUMSUM, DECODER, DURATIONS, ENERGY, F0, FEATURES, GENERATOR, HARMONICS, PHASE_OFFSET, Statistic,
 )
 
 @dataclass(frozen=True, slots=True)
 class Split:
-    encoder: onnx.ModelProto  # tokens, style, speed -> FEATURES, F0, ENERGY
+    encoder: onnx.ModelProto  # tokens, style, speed -> FEATURES, F0, ENERGY, DURATIONS
     probe: onnx.ModelProto  # FEATURES, F0, ENERGY, style, crop -> audio, *statistics
     frozen: onnx.ModelProto  # FEATURES, F0, ENERGY, style, crop, phase_offset, *statistics -> audio
     statistics: tuple[Statistic, ...]  # in the order of the probe's outputs
@@ -46,7 +46,7 @@ class Split:
 def find_boundary(model: onnx.ModelProto) -> None:
     """Fail with a clear message when the graph is not the export this module knows."""
     produced = {out for n in model.graph.node for out in n.output}
-    missing = [t for t in (FEATURES, F0, ENERGY, CUMSUM) if t not in produced]
+    missing = [t for t in (FEATURES, F0, ENERGY, CUMSUM, DURATIONS) if t not in produced]
     if missing:
         raise ValueError(f"not the Kokoro export this vocoder split knows: missing {missing}")
 
@@ -215,7 +215,7 @@ def split(model: onnx.ModelProto) -> Split:
     find_boundary(model)
     graph = model.graph
     style = next(i for i in graph.input if i.name == "style")
-    encoder = extract(model, list(graph.input), [FEATURES, F0, ENERGY])
+    encoder = extract(model, list(graph.input), [FEATURES, F0, ENERGY, DURATIONS])
     boundary = [_float_input(FEATURES, [1, 512, "T"]), _float_input(F0, [1, "F"]),
                 _float_input(ENERGY, [1, "F"]), style]
     vocoder = extract(model, boundary, [o.name for o in graph.output])

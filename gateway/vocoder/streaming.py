@@ -21,7 +21,7 @@ import numpy as np
 from . import calibrate
 from .chunked import FRAME, FRAME_S, MODES, ChunkRunner, Encoded, Policy, fade, voiced_span
 from .pacing import CostModel, Pacer, first_size, next_size
-from .names import ENERGY, F0, FEATURES, Statistic
+from .names import DURATIONS, ENERGY, F0, FEATURES, Statistic
 
 log = logging.getLogger(__name__)
 
@@ -289,10 +289,10 @@ def _check_mode(mode: str) -> None:
 
 
 def _encode(session: Any, tokens: list[int], style: np.ndarray, speed: float) -> Encoded:
-    features, f0, energy = session.run([FEATURES, F0, ENERGY], {
+    features, f0, energy, durations = session.run([FEATURES, F0, ENERGY, DURATIONS], {
         "tokens": np.array([[0, *tokens, 0]], dtype=np.int64),
         "style": np.asarray(style, np.float32).reshape(1, 256),
         "speed": np.array([speed], dtype=np.float32),
     })
     return Encoded(np.asarray(features, np.float32), np.asarray(f0, np.float32),
-                   np.asarray(energy, np.float32))
+                   np.asarray(energy, np.float32), np.asarray(durations).ravel().astype(np.int64))
