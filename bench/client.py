@@ -72,6 +72,7 @@ async def ws_stream(
         reader = asyncio.create_task(_read_ws(ws, result, cancel_after_payloads, packed))
         if prompt is not None:
             await ws.send_json({"type": "prompt", "prompt": prompt})
+            await ws.send_json({"type": "end"})  # one turn: the socket closes after its `done`
         else:
             for n, token in enumerate(tokens if tokens is not None else [text or ""]):
                 if n and token_delay:

@@ -9,7 +9,7 @@ from aiohttp import web
 
 from . import http
 from .admission import Admission
-from .agent import SimulatedAgent
+from .agent import create_agent
 from .config import Settings
 from .engines import create_engine
 from .engines.base import Engine
@@ -63,6 +63,7 @@ async def _engine_lifecycle(app: web.Application) -> AsyncIterator[None]:
     loader.cancel()
     await asyncio.gather(loader, return_exceptions=True)
     await gw.engine.aclose()
+    await gw.agent.aclose()
 
 
 async def _load_engine(gw: Gateway) -> None:
@@ -92,7 +93,7 @@ def build_gateway(settings: Settings, engine: Engine, *, admit: bool = True) -> 
         settings=settings,
         engine=engine,
         metrics=metrics,
-        agent=SimulatedAgent(first_token_ms=settings.agent_first_token_ms, tokens_per_s=settings.agent_tokens_per_s),
+        agent=create_agent(settings),
         admission=Admission(
             max_active=max_active if admit else 1 << 30,
             max_queued=settings.max_queued_sessions if admit else 0,

@@ -76,9 +76,19 @@ class Settings:
     fake_hang: bool = False
     fake_chunk_ms: int = 200
 
-    # simulated agent behind `prompt`
-    agent_first_token_ms: float = 350.0
-    agent_tokens_per_s: float = 60.0
+    # the agent behind `prompt` (gateway/agent): simulated (offline stand-in) | openai | bedrock
+    agent_backend: str = "simulated"
+    agent_url: str = ""  # openai: base URL (http://127.0.0.1:11434/v1); bedrock: endpoint override
+    agent_model: str = ""  # the model's name (openai) or Bedrock model / inference profile id
+    agent_api_key_env: str = "OPENAI_API_KEY"  # the variable holding the key; the key never goes in a file
+    agent_system_prompt: str = ("You are a helpful voice assistant. Your replies are spoken aloud: answer in "
+                                "two to four short, plain sentences, with no lists, markdown or emoji.")
+    agent_max_tokens: int = 400  # per reply (0: the model's own limit)
+    agent_history_turns: int = 20  # earlier turns sent with each new one
+    agent_timeout_s: float = 30.0  # for the first token, and for each one after it
+    agent_region: str = ""  # bedrock: "" = the standard AWS chain
+    agent_first_token_ms: float = 350.0  # simulated: delay to the first token
+    agent_tokens_per_s: float = 60.0  # simulated: token rate
 
     # admission control: sessions synthesizing at once, and how many may wait beyond that
     max_active_sessions: int = 0  # 0: the engine's own max_concurrency x 4

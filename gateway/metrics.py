@@ -32,6 +32,11 @@ class Metrics:
         self.cache_bytes = Gauge("tts_synthesis_cache_bytes", "PCM held by the segment cache", registry=r)
         self.rtf = Gauge("tts_engine_rtf", "The engine's live speed: wall seconds per audio second, "
                          "smoothed over recent calls", ["mode"], registry=r)
+        self.agent_turns = Counter("tts_agent_turns", "Prompt turns by agent backend and how they ended: done, "
+                                   "cancelled, agent_error, agent_unavailable, agent_timeout", ["backend", "outcome"],
+                                   registry=r)
+        self.agent_first_token = Histogram("tts_agent_first_token_seconds", "From a prompt to the agent's first token",
+                                           ["backend"], buckets=TTFB_BUCKETS, registry=r)
         self.queued = Gauge("tts_engine_queued", "Sessions waiting for the engine", registry=r)
         # leak detectors for the soak benchmark: both must return to their idle level
         self.tasks = Gauge("tts_asyncio_tasks", "asyncio tasks alive in the gateway's loop", registry=r)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from .admission import Admission
-from .agent import SimulatedAgent
+from .agent import Agent
 from .config import Settings
 from .engines.base import Engine
 from .errors import NotReady
@@ -20,7 +20,7 @@ class Gateway:
     settings: Settings
     engine: Engine
     metrics: Metrics
-    agent: SimulatedAgent
+    agent: Agent
     admission: Admission
     hub: SynthesisHub
     ready: asyncio.Event = field(default_factory=asyncio.Event)

@@ -25,7 +25,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
-from .agent import SimulatedAgent
+from .agent import AGENT_CODES, Agent, AgentError, Conversation
 from .audio.encoders import make_encoder
 from .config import Settings
 from .engines.base import Engine
@@ -51,6 +51,7 @@ class Event:
 
 _SEGMENT_SENT = Event("_segment_sent")  # internal: frees one look-ahead slot
 _SWITCH = Event("_switch")  # internal: the utterance was replaced (cancel)
+_CLOSE = Event("_close")  # internal: the client ended a conversation between turns
 _END = object()
 
 
@@ -75,6 +76,7 @@ class Utterance:
         self.ttfb_ms: float | None = None
         self.t_first_audio: float | None = None  # perf_counter of the first audio payload
         self.first_segment_ms: float | None = None
+        self.turn = None  # the agent's turn (``agent.Turn``) when this reply answers a prompt
         self.tasks: list[asyncio.Task[None]] = [asyncio.create_task(self._produce())]
 
     # -- input side ---------------------------------------------------------------------
@@ -256,7 +258,7 @@ class StreamSession:
         options: StreamOptions,
         settings: Settings,
         *,
-        agent: SimulatedAgent | None = None,
+        agent: Agent | None = None,
         metrics: Metrics | None = None,
         hub: SynthesisHub | None = None,
     ) -> None:
@@ -265,6 +267,10 @@ class StreamSession:
         # without the application's hub: a private one (no cache, no sharing, its own speed)
         self.hub = hub or SynthesisHub(engine, timeout_s=settings.synth_timeout_s, metrics=metrics)
         self.agent, self.metrics = agent, metrics
+        self.conversation = Conversation(agent, settings, metrics) if agent is not None else None
+        self.multi_turn = False  # the WebSocket: after a prompt's `done`, the next prompt on the same session
+        self.closing = False  # `end` came during or after prompt turns: close once the turn is done
+        self.outcome = ""  # done | error: how events() ended
         self.utterance = Utterance(self)
         self.finished = False
 
@@ -285,6 +291,7 @@ class StreamSession:
             "vocoder": o.vocoder or self.default_vocoder(),
             "preroll_ms": self.preroll_ms(texts, 0.0, [self.requested_vocoder()] * len(texts)),
             "cache": o.cache,
+            "agent": self.agent.label if self.agent is not None else None,
         }
 
     def requested_vocoder(self) -> str | None:
@@ -321,32 +328,54 @@ class StreamSession:
         u.add_segments(u.segmenter.flush())
 
     def end(self) -> None:
-        u = self._open()
+        u = self.utterance
+        if self.conversation is not None and self.conversation.turns and (u.turn is not None or u.t_input is None):
+            self.closing = True  # a conversation: close once the turn in progress (if any) is done
+            if u.turn is None:
+                u.out.put_nowait(_CLOSE)
+            return
+        self._end_input(self._open())
+
+    def _end_input(self, u: Utterance) -> None:
         u.add_segments(u.segmenter.flush())
         u.ended = True
         u.segments.put_nowait(_END)
 
     def push_prompt(self, prompt: str) -> None:
-        """Ask the agent for a reply; its tokens feed the segmenter and end the input."""
-        if self.agent is None:
+        """A turn: ask the agent for a reply; its tokens feed the segmenter and end the input."""
+        if self.conversation is None:
             raise BadRequest("this gateway has no agent source configured", code="no_agent")
+        u = self.utterance
+        if u.turn is not None or (u.t_input is not None and not u.ended):
+            raise BadRequest("a reply is in progress: wait for its done, or send cancel", code="turn_in_progress")
         u = self._open()
-        u.tasks.append(asyncio.create_task(self._run_agent(u, self.agent, prompt)))
+        u.turn = turn = self.conversation.start(prompt)
+        u.tasks.append(asyncio.create_task(self._run_agent(u, turn)))
 
-    async def _run_agent(self, u: Utterance, agent: SimulatedAgent, prompt: str) -> None:
-        async for token in agent.stream(prompt):
-            u.out.put_nowait(Event("text", {"delta": token, "t_ms": u.elapsed_ms()}))
-            u.add_segments(u.segmenter.feed(token))
+    async def _run_agent(self, u: Utterance, turn: Any) -> None:
+        try:
+            async for token in turn.deltas():
+                u.out.put_nowait(Event("text", {"delta": token, "t_ms": u.elapsed_ms()}))
+                u.add_segments(u.segmenter.feed(token))
+        except AgentError as exc:  # the turn ends here with `error`; a conversation goes on
+            u.tasks.remove(asyncio.current_task())  # type: ignore[arg-type]
+            await u.stop()
+            u.out.put_nowait(Event("error", exc.to_dict()))
+            return
         if not u.ended:
-            self.end()
+            self._end_input(u)
 
     async def cancel(self) -> None:
         """Barge-in: stop synthesis and sending now; the next input starts a new reply."""
         old, self.utterance = self.utterance, Utterance(self)
         await old.stop()
+        if old.turn is not None:
+            old.turn.cancel()
         # a reader waiting on the old queue moves on; whoever reads next sees `cancelled` first
         old.out.put_nowait(_SWITCH)
         self.utterance.out.put_nowait(Event("cancelled", {"t_ms": old.elapsed_ms()}))
+        if self.closing:
+            self.utterance.out.put_nowait(_CLOSE)
 
     async def aclose(self) -> None:
         await self.utterance.stop()
@@ -362,7 +391,21 @@ class StreamSession:
                 continue
             if event is _SWITCH:
                 continue
+            if event is _CLOSE:
+                self.finished, self.outcome = True, "done"
+                return
+            if u.turn is not None:
+                u.turn.observe(event.type, event.fields)
+                if self._next_turn(event):  # before the client hears `done`: its next prompt is a new turn
+                    self.utterance = Utterance(self)
+                    yield event
+                    continue
             yield event
             if event.type in ("done", "error"):
-                self.finished = True
+                self.finished, self.outcome = True, event.type
                 return
+
+    def _next_turn(self, event: Event) -> bool:
+        """A conversation goes on after a turn's `done` or agent error, until the client ends it."""
+        ended = event.type == "done" or (event.type == "error" and event.fields.get("code") in AGENT_CODES)
+        return ended and self.multi_turn and not self.closing

@@ -116,7 +116,7 @@ class WsChannel:
                 self._observe(event, wire)
                 if event.type == "cancelled":  # byte accounting is per reply
                     self.audio_wire = self.total_wire = 0
-            await self.finish(last)
+            await self.finish(session.outcome or last)
         except Fatal as exc:  # too slow to read: no error event can reach it, just the close
             self.gw.metrics.errors.labels("ws", exc.code).inc()
             await self.close(exc.close_code, exc.code)
@@ -149,6 +149,7 @@ class WsChannel:
         session = StreamSession(self.gw.engine, options, self.gw.settings, agent=self.gw.agent, metrics=self.gw.metrics,
                                 hub=self.gw.hub)
         self.msgpack = options.envelope == "msgpack"
+        session.multi_turn = True  # each `prompt` is a turn; the socket stays open until `end`
         self.session = session
         await self.send_event(Event("ready", session.ready_fields()))
         self.writer = asyncio.create_task(self.pump(session))

@@ -1,4 +1,4 @@
-"""The agent source behind ``prompt``: a deterministic stand-in for a streaming LLM.
+"""The default agent behind ``prompt``: a deterministic, offline stand-in for a streaming LLM.
 
 It answers from a small set of agent-like replies chosen by the prompt, token by token, with a
 first-token delay and a token rate that default to a typical hosted LLM (about 350 ms to the
@@ -11,6 +11,8 @@ import asyncio
 import re
 import zlib
 from typing import AsyncIterator
+
+from .base import Message
 
 REPLIES = (
     "Sure, I can help with that. Your order shipped this morning and should arrive on Thursday. "
@@ -39,13 +41,20 @@ def tokenize(text: str) -> list[str]:
 
 
 class SimulatedAgent:
-    """Streams a canned reply token by token, paced like a hosted LLM."""
+    """Streams a canned reply to the last user message token by token, paced like a hosted LLM."""
+
+    backend = "simulated"
+    label = "simulated"
 
     def __init__(self, *, first_token_ms: float = 350.0, tokens_per_s: float = 60.0) -> None:
         self.first_token_ms = first_token_ms
         self.tokens_per_s = tokens_per_s
 
-    async def stream(self, prompt: str) -> AsyncIterator[str]:
+    async def aclose(self) -> None:
+        pass
+
+    async def stream(self, messages: list[Message]) -> AsyncIterator[str]:
+        prompt = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
         tokens = tokenize(pick_reply(prompt))
         loop = asyncio.get_running_loop()
         start = loop.time() + self.first_token_ms / 1000
