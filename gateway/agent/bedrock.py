@@ -1,14 +1,16 @@
 """Amazon Bedrock's ``ConverseStream`` through boto3 (``pip install -e '.[bedrock]'``).
 
 boto3 blocks, so each reply is read in a thread of its own: it calls ``converse_stream`` and
-hands every event to the event loop through a queue. When the listener cancels, the reader
-closes the response's stream, which ends the thread's blocked read at once. Credentials and
+hands every event to the event loop through a queue. When the listener cancels, the response's
+socket is shut down, which ends the thread's blocked read at once. Credentials and
 region come from the standard AWS chain (``agent_region`` and ``agent_url`` override the
 region and the endpoint, for a VPC endpoint or a local stand-in).
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
 import threading
 from typing import Any, AsyncIterator
 
@@ -94,8 +96,17 @@ class BedrockConverse:
                     yield text
         finally:
             stop.set()
-            if "stream" in held:  # wakes the thread's blocked read: the reply is abandoned
-                held["stream"].close()
+            if "stream" in held:  # the reply is abandoned: end the thread's blocked read now
+                _abort(held["stream"])
+
+
+def _abort(events: Any) -> None:
+    """Shut the response's socket down. ``close()`` would wait for the blocked read to end;
+    a shutdown ends it at once (urllib3 then raises in the reading thread, which closes)."""
+    sock = getattr(getattr(getattr(events, "_raw_stream", None), "connection", None), "sock", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
 
 
 def translate(exc: Exception) -> AgentError:
