@@ -28,7 +28,9 @@ from typing import Any, AsyncIterator, Protocol
 
 import aiohttp
 
-from gateway.agent import SimulatedAgent
+from gateway.agent import Agent, SimulatedAgent, one_turn
+from gateway.agent.bedrock import BedrockConverse
+from gateway.agent.openai_chat import OpenAIChat
 from .client import StreamResult
 from gateway.config import Settings
 from .common import (Probe, RESULTS_DIR, RemoteClient, Target, bench_settings, gateway, machine, measure,
@@ -53,68 +55,15 @@ class TokenSource(Protocol):
     def stream(self, prompt: str) -> AsyncIterator[str]: ...
 
 
-class OpenAIChat:
-    """An OpenAI-compatible ``/chat/completions`` endpoint, streamed (``stream: true``)."""
+class OneTurn:
+    """A gateway agent (``gateway.agent``: the same clients the gateway uses) asked one
+    question at a time, with the benchmark's system prompt."""
 
-    def __init__(self, http: aiohttp.ClientSession, url: str, model: str, key: str = "") -> None:
-        self.http, self.model = http, model
-        base = url.rstrip("/")
-        self.url = base if base.endswith("/chat/completions") else base + "/chat/completions"
-        self.headers = {"Authorization": f"Bearer {key}"} if key else {}
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
 
-    async def stream(self, prompt: str) -> AsyncIterator[str]:
-        body = {"model": self.model, "stream": True,
-                "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}]}
-        async with self.http.post(self.url, json=body, headers=self.headers) as resp:
-            if resp.status != 200:
-                raise RuntimeError(f"LLM endpoint answered {resp.status}: {(await resp.text())[:300]}")
-            async for raw in resp.content:
-                line = raw.decode("utf-8", "replace").strip()
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    return
-                for choice in json.loads(data).get("choices", []):
-                    if delta := (choice.get("delta") or {}).get("content"):
-                        yield delta
-
-
-class BedrockConverse:
-    """Amazon Bedrock ``converse_stream`` (boto3, credentials from the usual AWS chain)."""
-
-    def __init__(self, model: str, region: str = "") -> None:
-        import boto3  # only for this source
-
-        self.model = model
-        self.client = boto3.client("bedrock-runtime", **({"region_name": region} if region else {}))
-
-    async def stream(self, prompt: str) -> AsyncIterator[str]:
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[object] = asyncio.Queue()
-        end = object()
-
-        def work() -> None:  # boto3 blocks: read the event stream in a thread
-            try:
-                resp = self.client.converse_stream(
-                    modelId=self.model, system=[{"text": SYSTEM}],
-                    messages=[{"role": "user", "content": [{"text": prompt}]}])
-                for event in resp["stream"]:
-                    if text := event.get("contentBlockDelta", {}).get("delta", {}).get("text"):
-                        loop.call_soon_threadsafe(queue.put_nowait, text)
-            except Exception as exc:  # handed to the reader, which raises it
-                loop.call_soon_threadsafe(queue.put_nowait, exc)
-            finally:
-                loop.call_soon_threadsafe(queue.put_nowait, end)
-
-        worker = asyncio.create_task(asyncio.to_thread(work))
-        try:
-            while (item := await queue.get()) is not end:
-                if isinstance(item, Exception):
-                    raise RuntimeError(f"Bedrock converse_stream failed: {item}") from item
-                yield str(item)
-        finally:
-            await worker
+    def stream(self, prompt: str) -> AsyncIterator[str]:
+        return self.agent.stream(one_turn(prompt, SYSTEM))
 
 
 async def ws_tokens(http: aiohttp.ClientSession, url: str, source: TokenSource, prompt: str,
@@ -186,13 +135,14 @@ def sources(http: aiohttp.ClientSession, args: argparse.Namespace) -> dict[str, 
     found: dict[str, tuple[TokenSource, list[str]]] = {}
     if not args.no_simulated:
         agent = SimulatedAgent(first_token_ms=args.first_token_ms, tokens_per_s=args.tokens_per_s)
-        found["simulated"] = (agent, agent_prompts(n))
+        found["simulated"] = (OneTurn(agent), agent_prompts(n))
     if args.llm_url:
-        key = args.llm_key or os.environ.get("LLM_API_KEY", "")
-        found[f"llm:{args.llm_model}"] = (OpenAIChat(http, args.llm_url, args.llm_model, key), list(LLM_PROMPTS[:n]))
+        key = os.environ.get(args.llm_key_env, "") if args.llm_key_env else ""
+        chat = OpenAIChat(args.llm_url, args.llm_model, key=key, http=http)
+        found[f"llm:{args.llm_model}"] = (OneTurn(chat), list(LLM_PROMPTS[:n]))
     if args.bedrock_model:
-        bedrock = BedrockConverse(args.bedrock_model, args.bedrock_region)
-        found[f"bedrock:{args.bedrock_model}"] = (bedrock, list(LLM_PROMPTS[:n]))
+        bedrock = BedrockConverse(args.bedrock_model, region=args.bedrock_region)
+        found[f"bedrock:{args.bedrock_model}"] = (OneTurn(bedrock), list(LLM_PROMPTS[:n]))
     return found
 
 
@@ -264,7 +214,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="with --engine fake: request speed (0.7 ~ the embedded voice's audio per word)")
     p.add_argument("--llm-url", help="OpenAI-compatible base URL or /chat/completions URL (off by default)")
     p.add_argument("--llm-model", default="", help="model name for --llm-url")
-    p.add_argument("--llm-key", default="", help="API key for --llm-url (default: $LLM_API_KEY)")
+    p.add_argument("--llm-key-env", default="OPENAI_API_KEY",
+                   help="environment variable holding the key for --llm-url (default: %(default)s; unset: no key)")
     p.add_argument("--bedrock-model", default="", help="Bedrock model id for converse_stream (off by default)")
     p.add_argument("--bedrock-region", default="")
     p.add_argument("--no-simulated", action="store_true", help="only the real LLM source(s)")
