@@ -13,7 +13,8 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def readyz(request: web.Request) -> web.Response:
     gw = request.app[GATEWAY]
-    body = {"ready": gw.ready.is_set() and not gw.load_error, "engine": gw.engine.name}
+    body = {"ready": gw.ready.is_set() and not gw.load_error, "engine": gw.engine.name,
+            "agent": {"backend": gw.agent.backend, "label": gw.agent.label}}  # who answers `prompt`
     if gw.load_error:
         body["error"] = gw.load_error
     body["speed"] = gw.hub.speed.snapshot()  # the engine's live RTF per vocoder mode

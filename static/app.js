@@ -19,6 +19,9 @@ const demo = {
   ctx: null,
   graphs: {},
   ready: false,
+  agent: null, // who answers prompts: {backend, label} from /readyz
+  turns: [], // the conversation: {prompt, run, fresh} per prompt, fresh when a new socket began it
+  newConversation,
   options,
   play,
   stop,
@@ -63,6 +66,7 @@ async function play(which = 'both') {
   for (const name of CHANNELS) if (!names.includes(name)) { demo.channels[name] = null; demo.runs[name] = null; }
   $('#notice').textContent = $('#format').value === 'mp3' && !MSE_MP3
     ? 'This browser has no MediaSource audio/mpeg: playing PCM over WebAudio instead.' : '';
+  const prevWs = demo.transports.ws;
   const starts = names.map((name) => {
     const run = new Run(name, opts, ctx, demo.graphs[name], schedule);
     demo.runs[name] = run;
@@ -71,6 +75,11 @@ async function play(which = 'both') {
     demo.transports[name] = transport;
     return transport.start(opts);
   });
+  if (opts.prompt) { // the conversation is the WebSocket's when it plays (SSE answers each prompt alone)
+    const ws = names.includes('ws');
+    const fresh = !ws || !(prevWs && demo.transports.ws.ws && demo.transports.ws.ws === prevWs.ws);
+    demo.turns.push({ prompt: opts.prompt, run: demo.runs[ws ? 'ws' : 'sse'], fresh });
+  }
   schedule();
   await Promise.all(starts.map((p) => Promise.race([p, new Promise((r) => setTimeout(r, 50))])));
 }
@@ -86,6 +95,16 @@ function stop() {
     const t = demo.transports[name];
     if (t) run.stats.cancelSent = t.stop();
   }
+  schedule();
+}
+
+/** Forget the earlier turns: close the WebSocket; the next prompt opens a new one. */
+function newConversation() {
+  stop();
+  const t = demo.transports.ws;
+  if (t && t.ws && t.ws.readyState === WebSocket.OPEN) t.ws.close(1000);
+  demo.transports.ws = null;
+  demo.turns = [];
   schedule();
 }
 
@@ -169,6 +188,29 @@ function renderPanel(name) {
   $('.agent', panel).textContent = st.agentText;
 }
 
+const OUTCOME = { stopped: 'stopped: kept as far as it was spoken', error: 'failed' };
+
+function renderConversation() {
+  const list = $('#turns');
+  while (list.children.length > demo.turns.length) list.lastChild.remove();
+  demo.turns.forEach((turn, i) => {
+    let li = list.children[i];
+    if (!li) {
+      li = document.createElement('li');
+      li.innerHTML = '<div><span class="who">You:</span><span class="q"></span></div><div><span class="who a"></span><span class="r"></span><span class="outcome"></span></div>';
+      list.append(li);
+    }
+    const st = turn.run.stats;
+    li.classList.toggle('fresh', turn.fresh);
+    li.title = turn.fresh ? 'a new WebSocket: the conversation starts here' : '';
+    $('.q', li).textContent = turn.prompt;
+    $('.a', li).textContent = `${demo.agent ? demo.agent.label : 'agent'}:`;
+    $('.r', li).textContent = st.agentText || '…';
+    const outcome = st.error ? `${OUTCOME.error}: ${st.error.code}` : OUTCOME[st.state] || '';
+    $('.outcome', li).textContent = outcome;
+  });
+}
+
 let pending = false;
 function schedule() {
   if (pending) return;
@@ -176,6 +218,7 @@ function schedule() {
   requestAnimationFrame(() => {
     pending = false;
     for (const name of CHANNELS) renderPanel(name);
+    renderConversation();
     drawTimeline($('#timeline'), CHANNELS.map((n) => demo.channels[n]).filter(Boolean));
     const live = CHANNELS.some((n) => demo.channels[n] && !demo.channels[n].finished);
     if (live) setTimeout(schedule, 100);
@@ -209,7 +252,12 @@ async function loadVoices() {
     $('#notice').textContent = `Could not load voices: ${err}`;
   }
   try { // the vocoder choice only where the engine streams inside a sentence
-    const vocoder = (await (await fetch('/readyz')).json()).vocoder;
+    const ready = await (await fetch('/readyz')).json();
+    const vocoder = ready.vocoder;
+    if (ready.agent) { // who answers `prompt`: the simulated stand-in, or the model's name
+      demo.agent = ready.agent;
+      $('#agent-name').textContent = ready.agent.backend === 'simulated' ? '(simulated: canned replies, no model)' : `(${ready.agent.label}, ${ready.agent.backend})`;
+    }
     if (vocoder && vocoder.mode !== 'off') {
       $('#vocoder-label').hidden = false;
       $('#vocoder option[value=""]').textContent = `server default (${vocoder.mode})`;
@@ -222,6 +270,7 @@ function wire() {
   $('#play-sse').addEventListener('click', () => play('sse'));
   $('#play-ws').addEventListener('click', () => play('ws'));
   $('#stop').addEventListener('click', () => stop());
+  $('#new-conversation').addEventListener('click', () => newConversation());
   $('#speed').addEventListener('input', () => { $('#speed-out').textContent = `${Number($('#speed').value).toFixed(2)}×`; });
   for (const radio of document.querySelectorAll('input[name=input]')) {
     radio.addEventListener('change', () => document.body.classList.toggle('prompt-mode', radio.value === 'prompt' && radio.checked));

@@ -84,12 +84,14 @@ export class SseChannel {
 export class WsChannel {
   /**
    * `prev`: the last WsChannel. Its socket is reused when it is open, with the same options,
-   * and its barge-in was answered (`cancelled`): from then on, what it carries is the new reply.
+   * and its barge-in was answered (`cancelled`) or, for a prompt, its turn is over: the server
+   * keeps the conversation on that socket, so the next prompt is the next turn.
    */
   constructor(run, prev = null, opts = null) {
     this.run = run;
     this.sentence = 0;
     this.cancelled = false; // the server answered our `cancel`
+    this.turnOver = false; // a prompt turn ended (`done`, or an agent error) and the socket stays open
     this.ws = null;
     if (prev && opts && prev.reusable(opts)) this.ws = prev.ws;
     else if (prev && prev.ws && prev.ws.readyState === WebSocket.OPEN) prev.ws.close(1000);
@@ -116,8 +118,9 @@ export class WsChannel {
     }
     this.ws.onmessage = (m) => this.message(m.data);
     this.ws.onclose = (e) => this.run.closed(e.code);
+    this.prompt = !!opts.prompt;
     if (opts.prompt) {
-      this.send({ type: 'prompt', prompt: opts.prompt });
+      this.send({ type: 'prompt', prompt: opts.prompt }); // a turn: the socket stays open after `done`
     } else {
       this.send({ type: 'text', text: opts.text });
       this.send({ type: 'end' });
@@ -136,6 +139,7 @@ export class WsChannel {
     const body = JSON.parse(data);
     if (body.type === 'sentence') this.sentence = body.index;
     if (body.type === 'cancelled') this.cancelled = true;
+    if (this.prompt && (body.type === 'done' || (body.type === 'error' && /^agent_/.test(body.code)))) this.turnOver = true;
     this.run.event(body.type, body, n + wsFrameOverhead(n));
   }
 
@@ -149,6 +153,7 @@ export class WsChannel {
   }
 
   reusable(opts) {
-    return !!this.ws && this.ws.readyState === WebSocket.OPEN && this.ws.optsKey === this.key(opts) && this.cancelled;
+    return !!this.ws && this.ws.readyState === WebSocket.OPEN && this.ws.optsKey === this.key(opts)
+      && (this.cancelled || (this.turnOver && !!opts.prompt));
   }
 }

@@ -189,6 +189,24 @@ async def test_agent_reply_streams_captions(page: Any) -> None:
 
 
 
+async def test_the_conversation_names_the_agent_and_goes_on_one_socket(page: Any) -> None:
+    assert "simulated" in await page.inner_text("#agent-name")
+    await play(page, "ws", wait=False, prompt="Where is my order?", fmt="mp3")
+    await page.wait_for_function("() => window.demo.channels.ws && window.demo.channels.ws.done", timeout=15_000)
+    # the turn is over and the socket stays open for the next one
+    assert await page.evaluate("() => window.demo.transports.ws.turnOver && window.demo.transports.ws.ws.readyState === 1")
+    await play(page, "ws", wait=False, prompt="And my refund?", fmt="mp3")
+    await page.wait_for_function("() => window.demo.channels.ws.done", timeout=15_000)
+    st = await stats(page, "ws")
+    await page.click("#stop")
+    assert st["reused"]  # the same socket, so the server sent the first turn with the second
+    turns = await page.locator("#turns li").all_inner_texts()
+    assert len(turns) == 2 and "Where is my order?" in turns[0] and "And my refund?" in turns[1]
+    assert all("simulated:" in t for t in turns) and st["agentText"].strip() in turns[1]
+    await page.click("#new-conversation")
+    assert await page.locator("#turns li").count() == 0
+
+
 # what a browser without MediaSource audio/mpeg (Firefox) reports, emulated in Chromium
 NO_MSE_MP3 = """
   const supported = MediaSource.isTypeSupported.bind(MediaSource);
