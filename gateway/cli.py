@@ -172,5 +172,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from .app import make_app
 
-    run_loop(serve(settings, make_app(settings)))
+    try:
+        app = make_app(settings)
+    except (ValueError, ImportError) as exc:  # e.g. agent_backend=openai without agent_url
+        raise SystemExit(f"bad settings: {exc}") from None
+    run_loop(serve(settings, app))
     return 0
