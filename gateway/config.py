@@ -4,6 +4,10 @@ TOML tables are flattened: ``[embedded] threads = 2`` sets ``embedded_threads``,
 environment overrides as ``GATEWAY_EMBEDDED_THREADS=2`` and the command line as
 ``--set embedded_threads=2`` (the common ones have their own flags: ``--host``, ``--port``,
 ``--engine``).
+
+Each engine's keys share its prefix (``embedded_``, ``kokoro_``, ``container_``,
+``sagemaker_``, ``fake_``) and are read by that engine alone, through its own settings
+dataclass (``section``); the core never reads them.
 """
 from __future__ import annotations
 
@@ -12,11 +16,12 @@ import os
 import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = ROOT / "config" / "default.toml"
 ENV_PREFIX = "GATEWAY_"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +114,7 @@ class Settings:
     # torch engine (hexgrad kokoro) on a GPU host
     kokoro_dir: str = ""  # folder with config.json and the .pth weights (voice packs: voice_store, plus voices/*.pt)
     kokoro_device: str = ""  # "" = cuda if available, else cpu
+    kokoro_g2p: str = "misaki"  # misaki (spaCy POS + espeak fallback) or espeak
 
     # container / sagemaker engines
     container_url: str = "ws://127.0.0.1:8080/invocations-bidirectional-stream"
@@ -126,6 +132,14 @@ class Settings:
 
 
 _FIELDS = {f.name: f for f in fields(Settings)}
+
+
+def section(settings: Any, prefix: str, cls: type[T]) -> T:
+    """One engine's own settings: the fields of dataclass ``cls`` read from the flat settings
+    as ``<prefix>_<field>``, so ``[embedded] threads``, ``GATEWAY_EMBEDDED_THREADS`` and
+    ``--set embedded_threads=2`` all land in ``EmbeddedSettings.threads``. Only that engine
+    builds its section; nothing else reads its keys."""
+    return cls(**{f.name: getattr(settings, f"{prefix}_{f.name}") for f in fields(cls)})  # type: ignore[arg-type]
 
 
 def _coerce(name: str, value: Any) -> Any:

@@ -7,6 +7,12 @@ cannot go on, a close code.
 from __future__ import annotations
 
 
+# The codes of request faults (400s); an upstream gateway (a model container, SageMaker) that
+# answers one of these is passing on the client's fault, not failing itself.
+CLIENT_CODES = frozenset({"bad_request", "empty_input", "invalid_option", "invalid_speed", "too_large",
+                          "unknown_format", "unknown_voice", "unsupported_language"})
+
+
 class GatewayError(Exception):
     """Base class. ``code`` is the stable machine-readable name, ``status`` the HTTP status."""
 

@@ -31,7 +31,7 @@ from .batch import synthesize_pcm
 from .config import Settings
 from .engines.base import Engine
 from .errors import BadRequest, EngineTimeout, GatewayError
-from .options import MAX_SPEED, MIN_SPEED, StreamOptions, parse_bool, parse_options
+from .options import StreamOptions, parse_bool, parse_options
 from .segmenter import split_text
 from .state import GATEWAY
 from .voicecatalog import OPENAI_VOICES
@@ -73,14 +73,15 @@ def _voice(body: Mapping[str, Any], engine: Engine) -> str | None:
     return OPENAI_VOICES.get(voice.strip().lower(), voice)
 
 
-def _speed(body: Mapping[str, Any]) -> float:
+def _speed(body: Mapping[str, Any], engine: Engine) -> float:
     raw = body.get("speed", 1.0)
     if isinstance(raw, bool) or not isinstance(raw, (int, float)) or raw != raw:
         raise BadRequest(f"`speed` must be a number, got {raw!r}", code="invalid_option")
     if not OPENAI_MIN_SPEED <= raw <= OPENAI_MAX_SPEED:
         raise BadRequest(f"`speed` must be between {OPENAI_MIN_SPEED} and {OPENAI_MAX_SPEED}, "
                          f"got {raw}", code="invalid_speed")
-    return min(MAX_SPEED, max(MIN_SPEED, float(raw)))  # what Kokoro can do
+    caps = engine.capabilities
+    return min(caps.max_speed, max(caps.min_speed, float(raw)))  # what the engine can do
 
 
 def parse_speech(body: Any, settings: Settings, engine: Engine) -> SpeechRequest:
@@ -102,7 +103,7 @@ def parse_speech(body: Any, settings: Settings, engine: Engine) -> SpeechRequest
     if (stream_format := _string(body, "stream_format")) not in (None, "audio"):
         raise BadRequest("stream_format must be 'audio' (raw audio, chunked); 'sse' is not "
                          "offered here: use /v1/stream/sse", code="invalid_option")
-    fields = {"text": text, "voice": _voice(body, engine), "speed": _speed(body), "format": "pcm"}
+    fields = {"text": text, "voice": _voice(body, engine), "speed": _speed(body, engine), "format": "pcm"}
     for name in ("bitrate", "vocoder"):  # the gateway's own options, as on the other routes
         if name in body:
             fields[name] = body[name]

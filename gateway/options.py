@@ -1,22 +1,25 @@
 """Per-request options: one validated value type for every channel.
 
 The same names come from a query string (GET), a JSON body (POST) or the WebSocket ``start``
-message. Validation raises ``BadRequest`` with a code and a message naming the field and
-what is allowed, so every edge can turn it into its own error shape.
+message. This is the one place they are validated, against what the engine declares it can do
+(``Engine.capabilities``), with one code per fault: ``unknown_voice``, ``invalid_speed``,
+``unknown_format``, ``too_large``, and ``invalid_option`` for the rest. ``BadRequest`` carries
+the code and a message naming the field and what is allowed, so every edge can turn it into
+its own error shape; engines take what passes as given.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from . import voicecatalog
 from .config import Settings
-from .engines.base import Engine
+from .engines.base import Capabilities, Engine
 from .errors import BadRequest, PayloadTooLarge
 
 FORMATS = ("mp3", "pcm", "wav", "opus")
 MP3_BITRATES = (8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160)  # MPEG-2 Layer III
 ENVELOPES = ("json", "msgpack")
-MIN_SPEED, MAX_SPEED = 0.5, 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,19 +92,42 @@ def parse_bool(value: Any, name: str) -> bool:
     raise BadRequest(f"{name} must be true or false, got {value!r}", code="invalid_option")
 
 
+def check_voice(caps: Capabilities, voice: str) -> str:
+    """``voice`` as one of the engine's voice ids, or (where it takes blends) a canonical
+    blend id such as ``af_bella(2)+af_sky(1)``; ``unknown_voice`` naming the valid ids if not."""
+    known = {v.id for v in caps.voices}
+    if caps.blends:
+        return voicecatalog.resolve(voice, known)
+    if voice not in known:
+        raise BadRequest(f"unknown voice {voice!r}; choose one of {', '.join(sorted(known))}", code="unknown_voice")
+    return voice
+
+
+def check_speed(caps: Capabilities, speed: float) -> float:
+    if not caps.min_speed <= speed <= caps.max_speed:
+        raise BadRequest(f"speed must be between {caps.min_speed} and {caps.max_speed}, got {speed}",
+                         code="invalid_speed")
+    return speed
+
+
+def check_vocoder(caps: Capabilities, engine_name: str, vocoder: str) -> str:
+    """A ``vocoder`` mode the engine declares ("" stays "": the engine's default)."""
+    if not vocoder:
+        return ""
+    if not caps.vocoder_modes:
+        raise BadRequest(f"vocoder: the {engine_name} engine cannot stream inside a sentence "
+                         "(only the embedded engine with embedded_vocoder on can)", code="invalid_option")
+    if vocoder not in caps.vocoder_modes:
+        raise BadRequest(f"vocoder must be one of {', '.join(caps.vocoder_modes)}, got {vocoder!r}",
+                         code="invalid_option")
+    return vocoder
+
+
 def parse_options(raw: Mapping[str, Any], settings: Settings, engine: Engine) -> StreamOptions:
     """Validate ``raw`` (query, JSON body or ``start`` message) into ``StreamOptions``."""
-    voice = str(raw.get("voice") or settings.default_voice or engine.default_voice)
-    known = {v.id for v in engine.voices}
-    if (check_voice := getattr(engine, "check_voice", None)) is not None:
-        voice = check_voice(voice)  # an engine that takes blends (af_bella+af_sky) resolves them
-    elif voice not in known:
-        raise BadRequest(
-            f"unknown voice {voice!r}; choose one of {', '.join(sorted(known))}", code="unknown_voice"
-        )
-    speed = _number(raw, "speed", 1.0)
-    if not MIN_SPEED <= speed <= MAX_SPEED:
-        raise BadRequest(f"speed must be between {MIN_SPEED} and {MAX_SPEED}, got {speed}", code="invalid_speed")
+    caps = engine.capabilities
+    voice = check_voice(caps, str(raw.get("voice") or settings.default_voice or caps.default_voice))
+    speed = check_speed(caps, _number(raw, "speed", 1.0))
     fmt = str(raw.get("format") or raw.get("response_format") or settings.default_format).lower()
     if fmt not in FORMATS:
         raise BadRequest(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}", code="unknown_format")
@@ -114,17 +140,8 @@ def parse_options(raw: Mapping[str, Any], settings: Settings, engine: Engine) ->
     envelope = str(raw.get("envelope") or "json").lower()
     if envelope not in ENVELOPES:
         raise BadRequest(f"envelope must be one of {', '.join(ENVELOPES)}, got {envelope!r}", code="invalid_option")
-    vocoder = str(raw.get("vocoder") or "").lower()
-    if vocoder:
-        modes = engine.vocoder_modes
-        if not modes:
-            raise BadRequest(
-                f"vocoder: the {engine.name} engine cannot stream inside a sentence "
-                "(only the embedded engine with embedded_vocoder on can)", code="invalid_option")
-        if vocoder not in modes:
-            raise BadRequest(f"vocoder must be one of {', '.join(modes)}, got {vocoder!r}", code="invalid_option")
     return StreamOptions(
-        vocoder=vocoder,
+        vocoder=check_vocoder(caps, engine.name, str(raw.get("vocoder") or "").lower()),
         voice=voice,
         speed=speed,
         format=fmt,

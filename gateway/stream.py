@@ -307,9 +307,7 @@ class StreamSession:
 
     def default_vocoder(self) -> str | None:
         """The engine's vocoder mode when the request names none (None: the engine has none)."""
-        if not self.engine.vocoder_modes:
-            return None
-        return self.settings.embedded_vocoder
+        return self.engine.capabilities.default_vocoder
 
     # -- input --------------------------------------------------------------------------
     def _open(self) -> Utterance:

@@ -13,8 +13,33 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .engines.base import Voice
 from .errors import BadRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Voice:
+    id: str
+    language: str  # BCP-47-ish: "ja", "en-US"
+    gender: str  # "female" / "male" / "neutral"
+    description: str = ""
+    default: bool = False
+    name: str = ""  # "Heart" for af_heart
+    grade: str = ""  # hexgrad's overall grade, where graded
+    wer: float | None = None  # measured English word error rate (bench quality), where measured
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "name": self.name or self.id,
+            "language": self.language,
+            "gender": self.gender,
+            "grade": self.grade or None,
+            "wer": self.wer,
+            "description": self.description,
+            "default": self.default,
+        }
+
+
 
 # language letter -> (BCP-47 tag, name, G2P: misaki English / espeak-ng voice / ja / zh)
 LANGUAGES: dict[str, tuple[str, str, str]] = {

@@ -300,10 +300,11 @@ async def test_killed_container_gives_error_then_gateway_recovers(own_container:
 class ModalFake(FakeEngine):
     """The fake engine as an engine with vocoder modes, keeping what each segment was asked."""
 
-    vocoder_modes = ("frozen-first", "frozen", "exact")
+    modes = ("frozen-first", "frozen", "exact")
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
+        self.declare(vocoder_modes=self.modes, default_vocoder="frozen-first")
         self.asked: list[tuple[str | None, float]] = []
 
     def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
@@ -322,7 +323,7 @@ async def test_gateway_forwards_vocoder_and_the_listeners_buffer(start_server, h
     await web.TCPSite(runner, "127.0.0.1", port).start()
     try:
         server = await start_server(fake_settings(engine="container", container_url=f"ws://127.0.0.1:{port}{STREAM_PATH}"))
-        assert server.engine.vocoder_modes == ModalFake.vocoder_modes
+        assert server.engine.vocoder_modes == ModalFake.modes
         r = await ws_stream(http, server.ws_url, text=REPLY, options={"vocoder": "frozen", "cache": False})
         assert r.done and r.of("ready")[0]["vocoder"] == "frozen"
         assert [mode for mode, _ in modal.asked] == ["frozen"] * len(r.of("sentence"))

@@ -17,6 +17,7 @@ import pytest_asyncio
 from gateway.config import Settings
 from gateway.engines.embedded import EmbeddedEngine
 from gateway.errors import BadRequest
+from gateway.options import parse_options
 from bench.measure import distance, worst_join_ratio
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
@@ -97,9 +98,9 @@ async def test_closing_mid_segment_starts_no_more_chunks(engine: EmbeddedEngine)
 
 
 async def test_bad_mode_is_a_bad_request(engine: EmbeddedEngine) -> None:
-    with pytest.raises(BadRequest) as err:
-        await anext(engine.synthesize("Hi.", voice=engine.default_voice, speed=1.0, vocoder="fast"))
-    assert err.value.code == "invalid_option"
+    with pytest.raises(BadRequest) as err:  # checked against the engine's declared modes
+        parse_options({"vocoder": "fast"}, Settings(), engine)
+    assert err.value.code == "invalid_option" and "frozen-first" in err.value.message
 
 
 async def test_another_voice_streams_once_calibrated(engine: EmbeddedEngine) -> None:

@@ -11,6 +11,7 @@ from gateway import voicecatalog
 from gateway.config import Settings
 from gateway.engines.embedded import EmbeddedEngine
 from gateway.errors import BadRequest
+from gateway.options import check_voice
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 RATE = 24000
@@ -74,9 +75,9 @@ async def test_british_and_american_g2p_differ_where_they_should(engine: Embedde
 
 async def test_a_blend_is_the_weighted_mean_of_its_packs(engine: EmbeddedEngine) -> None:
     packs = engine.model.styles
-    equal = engine.model.style(engine.check_voice("af_bella+af_sky"))
+    equal = engine.model.style(check_voice(engine.capabilities, "af_bella+af_sky"))
     np.testing.assert_allclose(equal, (packs["af_bella"] + packs["af_sky"]) / 2, atol=1e-6)
-    weighted_id = engine.check_voice("af_bella(2)+af_sky(1)")
+    weighted_id = check_voice(engine.capabilities, "af_bella(2)+af_sky(1)")
     weighted = engine.model.style(weighted_id)
     np.testing.assert_allclose(weighted, (2 * packs["af_bella"] + packs["af_sky"]) / 3, atol=1e-6)
     assert not np.allclose(weighted, equal)
@@ -102,7 +103,7 @@ async def test_a_blend_speaks_its_first_voices_language(engine: EmbeddedEngine) 
 async def test_bad_blends_are_refused_with_the_reason(engine: EmbeddedEngine, spec: str, code: str,
                                                       needle: str) -> None:
     with pytest.raises(BadRequest) as err:
-        engine.check_voice(spec)
+        check_voice(engine.capabilities, spec)
     assert err.value.code == code and needle in err.value.message
 
 

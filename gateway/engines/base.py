@@ -1,55 +1,75 @@
-"""The Engine protocol every synthesis backend implements.
+"""The engine contract: the ``Engine`` protocol, its one ``Capabilities`` declaration, and
+``EngineBase``, the code every engine shares.
 
 An engine turns one text segment into 16-bit little-endian mono PCM at ``sample_rate``,
 yielded in chunks as soon as each exists. Closing the iterator early (``aclose``) must stop
 the engine's remaining work for that segment: that is how a client's ``cancel`` or disconnect
 reaches the model.
+
+What an engine can do (voices, speeds, vocoder modes, ...) it declares once, in its
+``capabilities``; request options are checked against that declaration in one place
+(``gateway.options``), so ``synthesize`` takes its arguments as given.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import AsyncIterator, Protocol, runtime_checkable
+from dataclasses import dataclass, fields
+from typing import Any, AsyncIterator, Protocol, TypeVar, runtime_checkable
+
+from ..errors import NotReady
+from ..voicecatalog import Voice
+
+S = TypeVar("S")
+MIN_SPEED, MAX_SPEED = 0.5, 2.0  # Kokoro's speeds (the usual declaration)
 
 
 @dataclass(frozen=True, slots=True)
-class Voice:
-    id: str
-    language: str  # BCP-47-ish: "ja", "en-US"
-    gender: str  # "female" / "male" / "neutral"
-    description: str = ""
-    default: bool = False
-    name: str = ""  # "Heart" for af_heart
-    grade: str = ""  # hexgrad's overall grade, where graded
-    wer: float | None = None  # measured English word error rate (bench quality), where measured
+class Capabilities:
+    """What an engine can do, declared once (some of it only known after ``start``)."""
 
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "id": self.id,
-            "name": self.name or self.id,
-            "language": self.language,
-            "gender": self.gender,
-            "grade": self.grade or None,
-            "wer": self.wer,
-            "description": self.description,
-            "default": self.default,
-        }
+    voices: tuple[Voice, ...] = ()
+    default_voice: str = ""
+    #: blends of its voices (``af_bella(2)+af_sky(1)``) are accepted as ``voice``
+    blends: bool = False
+    min_speed: float = MIN_SPEED
+    max_speed: float = MAX_SPEED
+    #: what ``synthesize`` yields (the core encodes it into the requested format)
+    formats: tuple[str, ...] = ("pcm",)
+    #: the ``vocoder`` values ``synthesize`` accepts; empty: it cannot stream inside a segment
+    vocoder_modes: tuple[str, ...] = ()
+    #: the mode used when a request names none (None when there are no modes)
+    default_vocoder: str | None = None
+    #: segments with less audio than this go to the exact model even when streaming
+    exact_below_s: float = 0.0
+    #: word timestamps along with the audio (none yet)
+    timestamps: bool = False
+
+    @property
+    def languages(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(v.language for v in self.voices))
+
+    @property
+    def streams_in_segment(self) -> bool:
+        return bool(self.vocoder_modes)
 
 
 @runtime_checkable
 class Engine(Protocol):
     name: str
     sample_rate: int
-    #: the most input tokens (roughly characters of phonemes) one call accepts; the stream
-    #: core keeps segments under ``max_segment_chars`` and the engine splits what is left.
+    #: inferences that may run at once (admission allows a few times more sessions)
     max_concurrency: int
-    #: the ``vocoder`` values ``synthesize`` accepts (empty: it cannot stream inside a segment)
-    vocoder_modes: tuple[str, ...]
+
+    @property
+    def capabilities(self) -> Capabilities: ...
 
     @property
     def voices(self) -> tuple[Voice, ...]: ...
 
     @property
     def default_voice(self) -> str: ...
+
+    @property
+    def vocoder_modes(self) -> tuple[str, ...]: ...
 
     async def start(self) -> None: ...
 
@@ -59,9 +79,48 @@ class Engine(Protocol):
                    buffered_s: float = 0.0) -> AsyncIterator[bytes]:
         """Yield s16le mono PCM chunks for ``text``. Raise ``EngineError`` on failure.
 
-        Hints for engines that stream inside a segment (``vocoder_modes`` not empty; the
-        others ignore them): ``vocoder`` picks the mode (None: the engine's setting), and
-        ``buffered_s`` is the audio the listener holds and has not heard yet, so the engine
-        can tell whether anyone is waiting for this segment's first sound.
+        The arguments are taken as given: ``gateway.options`` checked them against
+        ``capabilities``. Hints for engines that stream inside a segment (the others ignore
+        them): ``vocoder`` picks the mode (None: the declared default), and ``buffered_s`` is
+        the audio the listener holds and has not heard yet, as the core estimates it.
         """
         ...
+
+
+class EngineBase:
+    """What every engine shares: the declaration, its voices and the not-started guard."""
+
+    name = "engine"
+    sample_rate = 24000
+    max_concurrency = 1
+
+    def __init__(self) -> None:
+        self._capabilities = Capabilities()
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._capabilities
+
+    def declare(self, **changes: Any) -> None:
+        """Replace parts of the declaration (an engine learns its voices at ``start``)."""
+        fields_now = {f.name: getattr(self._capabilities, f.name) for f in fields(Capabilities)}
+        self._capabilities = Capabilities(**{**fields_now, **changes})
+
+    @property
+    def voices(self) -> tuple[Voice, ...]:
+        return self._capabilities.voices
+
+    @property
+    def default_voice(self) -> str:
+        return self._capabilities.default_voice
+
+    @property
+    def vocoder_modes(self) -> tuple[str, ...]:
+        return self._capabilities.vocoder_modes
+
+    def require(self, thing: S | None) -> S:
+        """``thing`` (the loaded model, the client, the pool) or ``NotReady`` if not started."""
+        if thing is None:
+            raise NotReady(f"the {self.name} engine is not started")
+        return thing
+

@@ -21,14 +21,15 @@ import contextlib
 import json
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 import aiohttp
 from yarl import URL
 
-from ..config import Settings
-from ..errors import BadRequest, EngineError, EngineTimeout, NotReady
-from .base import Voice
+from ..config import Settings, section
+from ..errors import CLIENT_CODES, BadRequest, EngineError, EngineTimeout, GatewayError, NotReady
+from .base import EngineBase, Voice
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +39,6 @@ START_TIMEOUT_S = 180.0  # a GPU container may take minutes to load its model
 POOL_SIZE = 4
 POOL_IDLE_S = 30.0  # idle sockets older than this are closed rather than reused
 CLOSE_TIMEOUT_S = 1.0
-CLIENT_ERRORS = {"unknown_voice", "invalid_speed", "bad_speed", "invalid_option", "bad_request",
-                 "unknown_format", "empty_input"}
 
 
 class LostSocket(Exception):
@@ -105,40 +104,53 @@ class SocketPool:
         await asyncio.gather(*(self.discard(ws) for _, ws in idle))
 
 
-def _parse_event(data: str) -> dict[str, Any]:
+def container_error(event: dict[str, Any]) -> GatewayError:
+    """The container's ``error`` event as the gateway error it stands for: a client's fault
+    (an option the container refused) stays a ``BadRequest`` with the container's code."""
+    code, message = str(event.get("code", "engine_error")), str(event.get("message", ""))
+    if code in CLIENT_CODES:
+        return BadRequest(message, code=code)
+    return EngineError(f"container: {message}", code=code)
+
+
+def container_event(data: str | bytes, sample_rate: int, who: str = "the container") -> bool:
+    """Handle one JSON event of the container's protocol; True at the segment's end."""
     try:
         event = json.loads(data)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, UnicodeDecodeError):
         event = None
     if not isinstance(event, dict):
-        raise EngineError(f"the container sent a malformed event: {data[:80]!r}")
-    return event
+        raise EngineError(f"{who} sent a malformed event: {data[:80]!r}")
+    kind = event.get("type")
+    if kind == "ready" and event.get("sample_rate") not in (None, sample_rate):
+        raise EngineError(f"{who} speaks {event['sample_rate']} Hz, expected {sample_rate}")
+    if kind == "error":
+        raise container_error(event)
+    return kind == "done"
 
 
-class ContainerEngine:
+@dataclass(frozen=True, slots=True)
+class ContainerSettings:
+    """``[container]``: read by this engine alone (defaults: ``gateway.config.Settings``)."""
+
+    url: str
+    pool_size: int  # idle sockets kept open to the container
+
+
+class ContainerEngine(EngineBase):
     name = "container"
     sample_rate = SAMPLE_RATE
 
     def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.url = settings.container_url
+        super().__init__()
+        self.options = section(settings, "container", ContainerSettings)
+        self.timeout_s = settings.synth_timeout_s
+        self.url = self.options.url
         self.base = http_base(self.url)  # fail on a bad URL at construction, not on first use
-        self.max_concurrency = settings.container_pool_size
+        self.max_concurrency = self.options.pool_size
         self.pool = SocketPool(self.url, self.max_concurrency)
         self.retries = 0  # segments retried on a fresh socket: lets tests see the retry
-        self._voices: tuple[Voice, ...] = ()
-        self._default = ""
-        # the container's engine's modes of streaming inside a segment (read at start)
-        self.vocoder_modes: tuple[str, ...] = ()
         self._http: aiohttp.ClientSession | None = None
-
-    @property
-    def voices(self) -> tuple[Voice, ...]:
-        return self._voices
-
-    @property
-    def default_voice(self) -> str:
-        return self._default
 
     async def start(self) -> None:
         if self._http is not None:
@@ -152,13 +164,21 @@ class ContainerEngine:
         except BaseException:
             await http.close()
             raise
-        self._voices = tuple(Voice(**{k: v[k] for k in ("id", "language", "gender", "description", "default") if k in v})
-                             for v in body["voices"])
-        self._default = str(body.get("default") or (self._voices[0].id if self._voices else ""))
-        self.vocoder_modes = tuple(str(m) for m in body.get("vocoder_modes") or ())
+        self._declare(body)
         self._http = http
         self.pool.bind(http)
-        log.info("container engine: %s serves %d voices (engine %s)", self.url, len(self._voices), body.get("engine"))
+        log.info("container engine: %s serves %d voices (engine %s)", self.url, len(self.voices), body.get("engine"))
+
+    def _declare(self, body: dict[str, Any]) -> None:
+        """What the container's ``/v1/voices`` says its engine can do, as this engine's own."""
+        voices = tuple(Voice(**{k: v[k] for k in ("id", "language", "gender", "description", "default") if k in v})
+                       for v in body["voices"])
+        modes = tuple(str(m) for m in body.get("vocoder_modes") or ())
+        # the container's default mode where it names one, else its streaming default
+        default_mode = body.get("default_vocoder") or ("frozen-first" if "frozen-first" in modes else
+                                                       (modes[0] if modes else None))
+        self.declare(voices=voices, default_voice=str(body.get("default") or (voices[0].id if voices else "")),
+                     vocoder_modes=modes, default_vocoder=default_mode)
 
     async def _fetch_voices(self, http: aiohttp.ClientSession) -> dict[str, Any]:
         """Wait for the container's ``/ping`` (its engine loaded), then ``GET /v1/voices``."""
@@ -202,8 +222,7 @@ class ContainerEngine:
     async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
                          buffered_s: float = 0.0) -> AsyncIterator[bytes]:
         """Yield the container's PCM for ``text``; one retry on a fresh socket before any audio."""
-        if self._http is None:
-            raise NotReady("the container engine is not started")
+        self.require(self._http)
         for attempt in (1, 2):
             yielded = False
             try:
@@ -230,7 +249,7 @@ class ContainerEngine:
             # segment only when someone is waiting for it (and in the mode asked for)
             start = {"type": "start", "format": "pcm", "voice": voice, "speed": speed,
                      "buffered_s": round(max(0.0, buffered_s), 3),
-                     **({"vocoder": vocoder} if vocoder and vocoder in self.vocoder_modes else {})}
+                     **({"vocoder": vocoder} if vocoder else {})}
             try:
                 for message in (start, {"type": "text", "text": text}, {"type": "end"}):
                     await ws.send_str(json.dumps(message))
@@ -246,7 +265,7 @@ class ContainerEngine:
                     if cut:
                         yield data[:cut]
                 elif msg.type == aiohttp.WSMsgType.TEXT:
-                    if self._on_event(_parse_event(msg.data)):
+                    if container_event(msg.data, self.sample_rate):
                         done = True
                         return
                 else:  # CLOSE, CLOSING, CLOSED, ERROR
@@ -258,20 +277,8 @@ class ContainerEngine:
                 await self.pool.discard(ws)
 
     async def _receive(self, ws: aiohttp.ClientWebSocketResponse) -> aiohttp.WSMessage:
-        timeout = self.settings.synth_timeout_s
+        timeout = self.timeout_s
         try:
             return await ws.receive(timeout=timeout)
         except TimeoutError:
             raise EngineTimeout(f"the container sent nothing for {timeout:g} s") from None
-
-    def _on_event(self, event: dict[str, Any]) -> bool:
-        """Handle one JSON event; True at the segment's end."""
-        kind = event.get("type")
-        if kind == "ready" and event.get("sample_rate") not in (None, self.sample_rate):
-            raise EngineError(f"the container speaks {event['sample_rate']} Hz, expected {self.sample_rate}")
-        if kind == "error":
-            code, message = str(event.get("code", "engine_error")), str(event.get("message", ""))
-            if code in CLIENT_ERRORS:
-                raise BadRequest(message, code=code)
-            raise EngineError(f"container: {message}", code=code)
-        return kind == "done"

@@ -1,6 +1,6 @@
 """Deterministic tones whose length follows the text: for tests and capacity runs only.
 
-A real subclass-free engine with knobs for speed (``fake_rtf``), first-chunk delay, injected
+A real engine with knobs for speed (``fake_rtf``), first-chunk delay, injected
 failure and hangs, never a mock. Each word becomes 180 ms of a tone whose pitch depends on
 the word, followed by 60 ms of silence, so duration is predictable from the text.
 """
@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import zlib
+from dataclasses import dataclass
 from typing import AsyncIterator
 
 import numpy as np
 
-from ..config import Settings
-from ..errors import BadRequest, EngineError
-from .base import Voice
+from ..config import Settings, section
+from ..errors import EngineError
+from .base import EngineBase, Voice
 
 WORD_S = 0.18
 GAP_S = 0.06
@@ -26,28 +27,32 @@ def fake_duration_s(text: str, speed: float = 1.0) -> float:
     return round(words * (WORD_S + GAP_S) / speed * 24000) / 24000 if words else 0.0
 
 
-class FakeEngine:
+@dataclass(frozen=True, slots=True)
+class FakeSettings:
+    """``[fake]``: read by this engine alone (defaults: ``gateway.config.Settings``)."""
+
+    rtf: float  # seconds of compute per second of audio; 0 = instant
+    first_delay_ms: float
+    fail_after: int  # raise after this many chunks (-1 = never)
+    hang: bool
+    chunk_ms: int
+
+
+class FakeEngine(EngineBase):
     name = "fake"
-    vocoder_modes: tuple[str, ...] = ()  # no streaming inside a segment
     sample_rate = 24000
+    max_concurrency = 4096  # no real compute: capacity runs hold thousands
 
     def __init__(self, settings: Settings) -> None:
+        super().__init__()
         self.settings = settings
-        self.max_concurrency = 4096  # no real compute: capacity runs hold thousands
+        self.options = section(settings, "fake", FakeSettings)
         self.calls = 0  # segments started: lets capacity tests see work being cancelled
         self.active = 0  # segments in progress right now
-        self._voices = (
+        self.declare(voices=(
             Voice("tone_a", "en-US", "neutral", "fake 220-440 Hz tones", default=True),
             Voice("tone_b", "en-US", "neutral", "fake 330-660 Hz tones"),
-        )
-
-    @property
-    def voices(self) -> tuple[Voice, ...]:
-        return self._voices
-
-    @property
-    def default_voice(self) -> str:
-        return self._voices[0].id
+        ), default_voice="tone_a")
 
     async def start(self) -> None:
         return None
@@ -70,26 +75,24 @@ class FakeEngine:
 
     async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
                          buffered_s: float = 0.0) -> AsyncIterator[bytes]:
-        if voice not in {v.id for v in self._voices}:
-            raise BadRequest(f"unknown voice {voice!r}", code="unknown_voice")
-        s = self.settings
+        s = self.options
         self.calls += 1
         self.active += 1
         try:
-            if s.fake_first_delay_ms:
-                await asyncio.sleep(s.fake_first_delay_ms / 1000)
-            if s.fake_hang:
+            if s.first_delay_ms:
+                await asyncio.sleep(s.first_delay_ms / 1000)
+            if s.hang:
                 await asyncio.Event().wait()
             pcm = self.render(text, voice, speed)
-            step = max(1, int(self.sample_rate * s.fake_chunk_ms / 1000))
+            step = max(1, int(self.sample_rate * s.chunk_ms / 1000))
             loop = asyncio.get_running_loop()
             t0 = loop.time()
             for n, start in enumerate(range(0, len(pcm), step)):
-                if 0 <= s.fake_fail_after <= n:
+                if 0 <= s.fail_after <= n:
                     raise EngineError("fake engine failure injected", code="engine_error")
                 chunk = pcm[start:start + step]
-                if s.fake_rtf:  # against the clock, so scheduling delays do not add up
-                    due = t0 + (start + len(chunk)) / self.sample_rate * s.fake_rtf
+                if s.rtf:  # against the clock, so scheduling delays do not add up
+                    due = t0 + (start + len(chunk)) / self.sample_rate * s.rtf
                     await asyncio.sleep(max(0.0, due - loop.time()))
                 yield chunk.tobytes()
         finally:

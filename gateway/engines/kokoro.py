@@ -26,21 +26,19 @@ from typing import Any, AsyncIterator
 
 import numpy as np
 
-from ..config import Settings
-from .. import voicecatalog
+from ..config import Settings, section
 from ..errors import BadRequest, EngineError, NotReady
-from ..g2p import UnsupportedLanguage
-from .base import Voice
-from .embedded import (
-    MAX_SPEED, MAX_TOKENS, MIN_SPEED, SAMPLE_RATE, load_voice_packs, split_phonemes, to_pcm16,
-    trim_silence,
+from ..g2p import ROUTES
+from ..kokoro_parts import (
+    MAX_TOKENS, SAMPLE_RATE, Blends, choose_default, describe_voices, known_symbols, load_voice_packs, phonemize,
+    split_phonemes, to_pcm16, trim_silence,
 )
+from .base import EngineBase
 
 log = logging.getLogger(__name__)
 
 REPO_ID = "hexgrad/Kokoro-82M"  # only names the model family; passing it silences a warning
 PREFERRED_WEIGHTS = "kokoro-v1_0.pth"
-PREFERRED_VOICES = ("af_heart", "af_bella", "am_michael")
 EXPECTED = (
     "config.json and one .pth weights file (such as kokoro-v1_0.pth); voice packs come from "
     "the voice store, and voices/*.pt or *.pt there (each a (510, 1, 256) tensor) are added"
@@ -80,17 +78,13 @@ def find_model_files(folder: str | os.PathLike[str]) -> ModelFiles:
     return ModelFiles(root, config, weights[0], voices)
 
 
-def describe_voice(voice_id: str, default: bool = False) -> Voice:
-    return voicecatalog.describe(voice_id, default=default)
+@dataclass(frozen=True, slots=True)
+class KokoroSettings:
+    """``[kokoro]``: read by this engine alone (defaults: ``gateway.config.Settings``)."""
 
-
-def choose_default(ids: tuple[str, ...], configured: str) -> str:
-    """The configured voice if the folder has it, else a well-known English one, else the first."""
-    if configured in ids:
-        return configured
-    if configured:
-        log.warning("default_voice %r is not in the kokoro model folder; using another", configured)
-    return next((v for v in PREFERRED_VOICES if v in ids), ids[0])
+    dir: str  # config.json and the .pth weights
+    device: str  # "" = cuda if available, else cpu
+    g2p: str  # misaki or espeak
 
 
 def pick_device(requested: str) -> str:
@@ -124,7 +118,7 @@ class TorchKokoro:
         self.vocab: dict[str, int] = config["vocab"]
         self.voices = {k: torch.from_numpy(np.array(v, np.float32)) for k, v in (packs or {}).items()}
         self.voices.update({path.stem: self._load_voice(torch, path) for path in files.voices})
-        self._blends: dict[str, Any] = {}
+        self._blends = Blends(self.voices, lambda parts: sum(p * w for p, w in parts))
         t1 = time.perf_counter()
         self.phonemize = Phonemizer(g2p_route)
         self.model_s, self.g2p_s = t1 - t0, time.perf_counter() - t1
@@ -138,21 +132,10 @@ class TorchKokoro:
         return pack.reshape(pack.shape[0], 1, 256).float()
 
     def tokens(self, phonemes: str) -> str:
-        """Only the symbols the model knows; the result's length is its token count."""
-        return "".join(c for c in phonemes if c in self.vocab)
+        return known_symbols(phonemes, self.vocab)
 
     def style(self, voice: str) -> Any:
-        """A voice's pack, or a blend's weighted mean (the last 32 blends are kept; only the
-        one worker thread calls this)."""
-        if voice in self.voices:
-            return self.voices[voice]
-        if voice not in self._blends:
-            blend = voicecatalog.parse_blend(voice, set(self.voices))
-            if blend is None:
-                raise BadRequest(f"unknown voice {voice!r}", code="unknown_voice")
-            if len(self._blends) >= 32:
-                self._blends.pop(next(iter(self._blends)))
-            self._blends[voice] = sum(self.voices[v] * w for v, w in blend.weights)
+        """A voice's pack, or a blend's weighted mean."""
         return self._blends[voice]
 
     def infer(self, phonemes: str, voice: str, speed: float) -> np.ndarray:
@@ -170,10 +153,10 @@ class TorchKokoro:
         return out
 
 
-class KokoroEngine:
+class KokoroEngine(EngineBase):
     name = "kokoro"
-    vocoder_modes: tuple[str, ...] = ()  # no streaming inside a segment
     sample_rate = SAMPLE_RATE
+    max_concurrency = 1  # one worker thread: calls on the device are serialized
 
     def __init__(self, settings: Settings) -> None:
         try:
@@ -181,25 +164,16 @@ class KokoroEngine:
             import torch  # noqa: F401
         except ImportError as exc:
             raise ImportError(f"{INSTALL_HINT} ({exc})") from exc
-        self.settings = settings
-        self.folder = settings.kokoro_dir
-        self.device_request = settings.kokoro_device
-        self.g2p_route = settings.embedded_g2p
-        self.max_concurrency = 1  # one worker thread: calls on the device are serialized
+        super().__init__()
+        self.options = section(settings, "kokoro", KokoroSettings)
+        if self.options.g2p not in ROUTES:
+            raise ValueError(f"kokoro_g2p must be one of {', '.join(ROUTES)}")
+        self.configured_default = settings.default_voice
         self.calls = 0
         self._model: TorchKokoro | None = None
-        self._voices: tuple[Voice, ...] = ()
         self.packs = load_voice_packs(settings.voice_store)
         self._folder_voices: list[str] = []  # packs in kokoro_dir, added to (or replacing) the store's
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
-
-    @property
-    def voices(self) -> tuple[Voice, ...]:
-        return self._voices
-
-    @property
-    def default_voice(self) -> str:
-        return next((v.id for v in self._voices if v.default), "")
 
     @property
     def ready(self) -> bool:
@@ -208,21 +182,17 @@ class KokoroEngine:
     @property
     def voice_store(self) -> dict[str, Any]:
         """Which voice packs are in use (the store, or the Japanese fallback), and the folder's."""
-        return {**self.packs.store, "voices": len(self._voices), "from_kokoro_dir": self._folder_voices}
-
-    def check_voice(self, voice: str) -> str:
-        """``voice`` as a voice id or canonical blend id; ``BadRequest`` naming valid ids if not."""
-        return voicecatalog.resolve(voice, {v.id for v in self._voices})
+        return {**self.packs.store, "voices": len(self.voices), "from_kokoro_dir": self._folder_voices}
 
     async def start(self) -> None:
         if self._model is not None:
             return
-        files = find_model_files(self.folder)
+        files = find_model_files(self.options.dir)
         executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kokoro-torch")
         loop = asyncio.get_running_loop()
         try:
-            device = pick_device(self.device_request)
-            model = await loop.run_in_executor(executor, TorchKokoro, files, device, self.g2p_route,
+            device = pick_device(self.options.device)
+            model = await loop.run_in_executor(executor, TorchKokoro, files, device, self.options.g2p,
                                                self.packs.packs)
         except EngineError:
             executor.shutdown(wait=False)
@@ -232,13 +202,13 @@ class KokoroEngine:
             raise EngineError(f"kokoro engine failed to load from {files.folder}: {exc}", code="engine_load") from exc
         self._executor, self._model = executor, model
         self._folder_voices = [path.stem for path in files.voices]
-        default = choose_default(tuple(model.voices), self.settings.default_voice)
-        self._voices = tuple(describe_voice(v, v == default) for v in model.voices)
+        default = choose_default(tuple(model.voices), self.configured_default)
+        self.declare(voices=describe_voices(model.voices, default), default_voice=default, blends=True)
         t0 = time.perf_counter()
         async for _ in self.synthesize("Hi.", voice=default, speed=1.0):
             pass
         log.info("kokoro engine ready on %s: %d voices, model %.2f s, G2P %.2f s, warm-up %.2f s",
-                 device, len(self._voices), model.model_s, model.g2p_s, time.perf_counter() - t0)
+                 device, len(self.voices), model.model_s, model.g2p_s, time.perf_counter() - t0)
 
     async def aclose(self) -> None:
         executor, self._executor, self._model = self._executor, None, None
@@ -252,21 +222,8 @@ class KokoroEngine:
         Closing the generator early starts no further inference for this text; a call
         already running finishes on the worker thread and its audio is dropped.
         """
-        model = self._model
-        if model is None:
-            raise NotReady("the kokoro engine is not started")
-        voice = voicecatalog.resolve(voice, set(model.voices))
-        if not MIN_SPEED <= speed <= MAX_SPEED:
-            raise BadRequest(f"speed must be between {MIN_SPEED} and {MAX_SPEED}", code="bad_speed")
-        lang = voicecatalog.language_of(voice)
-
-        def g2p() -> str:
-            try:
-                return model.tokens(model.phonemize(text, lang))
-            except UnsupportedLanguage as exc:
-                raise BadRequest(str(exc), code="unsupported_language") from None
-
-        phonemes = await self._run(g2p, "G2P")
+        model = self.require(self._model)
+        phonemes = await self._run(lambda: phonemize(model.phonemize, model.vocab, text, voice), "G2P")
         for piece in split_phonemes(phonemes):
             audio = await self._run(lambda p=piece: self._infer(model, p, voice, speed), "inference")
             if audio.size:
@@ -277,9 +234,7 @@ class KokoroEngine:
         return trim_silence(model.infer(piece, voice, speed))
 
     async def _run(self, fn: Any, what: str) -> Any:
-        executor = self._executor
-        if executor is None:
-            raise NotReady("the kokoro engine is not started")
+        executor = self.require(self._executor)
         try:
             future = executor.submit(fn)
         except RuntimeError as exc:  # the worker was shut down under us

