@@ -128,7 +128,8 @@ class Blends(Generic[P]):
             if (pack := self._blends.get(voice)) is not None:
                 self._blends.move_to_end(voice)
                 return pack
-        blend = voicecatalog.parse_blend(voice, set(self.packs))
+        # an unknown voice names the valid ones (for tools that call an engine directly)
+        blend = voicecatalog.parse_blend(voicecatalog.resolve(voice, set(self.packs)), set(self.packs))
         if blend is None:
             raise BadRequest(f"unknown voice {voice!r}", code="unknown_voice")
         pack = self._mix([(self.packs[v], w) for v, w in blend.weights])

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.config import Settings
-from gateway.engines import embedded
+from gateway.engines import onnx_kokoro
 from gateway.engines.base import Engine
 from gateway.engines.embedded import (
     MAX_TOKENS, EmbeddedEngine, load_model_bytes, split_phonemes, trim_silence,
@@ -131,8 +131,8 @@ def test_model_parts_join_in_memory_and_match_the_shipped_hash(monkeypatch) -> N
     assert hashlib.sha256(blob).hexdigest() == shipped.split()[0]
     assert len(blob) == 92_361_271
     # the same part twice is the wrong model: the hash check must catch it
-    parts = embedded.MODEL_PARTS
-    monkeypatch.setattr(embedded, "MODEL_PARTS", (parts[0], parts[0], parts[2], parts[3]))
+    parts = onnx_kokoro.MODEL_PARTS
+    monkeypatch.setattr(onnx_kokoro, "MODEL_PARTS", (parts[0], parts[0], parts[2], parts[3]))
     with pytest.raises(EngineError) as err:
         load_model_bytes()
     assert err.value.code == "model_corrupt"
