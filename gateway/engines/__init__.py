@@ -4,7 +4,7 @@ from __future__ import annotations
 import importlib
 
 from ..config import Settings
-from .base import Engine, Voice
+from .base import Capabilities, Engine, EngineBase, Voice
 
 ENGINES: dict[str, str] = {
     "embedded": "gateway.engines.embedded:EmbeddedEngine",
@@ -29,4 +29,4 @@ def create_engine(settings: Settings, name: str | None = None) -> Engine:
     return cls(settings)
 
 
-__all__ = ["ENGINES", "Engine", "Voice", "create_engine"]
+__all__ = ["ENGINES", "Capabilities", "Engine", "EngineBase", "Voice", "create_engine"]
