@@ -20,6 +20,8 @@ from gateway.engines.embedded import (
 )
 from gateway.errors import BadRequest, EngineError, NotReady
 
+from .conftest import embedded_engine
+
 RATE = 24000
 SENTENCE = "The weather will be sunny in the morning, with light rain after lunch."
 # eight distinct sentences: about 570 phoneme tokens, over the 510 one call accepts
@@ -39,10 +41,8 @@ LONG = " ".join([
 async def engine() -> AsyncIterator[EmbeddedEngine]:
     # the whole-model path (one call per piece); streaming inside a segment has its own tests
     # in test_embedded_streaming.py
-    eng = EmbeddedEngine(Settings(embedded_vocoder="off"))
-    await eng.start()
-    yield eng
-    await eng.aclose()
+    async with embedded_engine(Settings(embedded_vocoder="off")) as eng:
+        yield eng
 
 
 async def render(eng: EmbeddedEngine, text: str, speed: float = 1.0) -> tuple[np.ndarray, int]:

@@ -13,12 +13,12 @@ from typing import AsyncIterator, Iterator
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from gateway.config import Settings
 from gateway.audio.decode import decode_mp3
 from gateway.audio.mp3 import is_whole_frames
 from bench.client import ws_stream
+from bench.servers import serve_app
 from gateway.engines import create_engine
 from gateway.engines.fake import FakeEngine
 from gateway.engines.sagemaker import SageMakerEngine, SageMakerOptions
@@ -56,12 +56,8 @@ def container() -> Iterator[Container]:
 async def stub(container: Container) -> AsyncIterator[tuple[Stub, str]]:
     """The stand-in service on a loopback port: (its state, its URL)."""
     state = Stub(container.url, endpoints=frozenset({"kokoro-tts"}))
-    runner = web.AppRunner(make_invocations_app(state))
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    yield state, f"http://127.0.0.1:{port}"
-    await runner.cleanup()
+    async with serve_app(make_invocations_app(state)) as url:
+        yield state, url
 
 
 def batch_engine(url: str, endpoint: str = "kokoro-tts") -> SageMakerEngine:

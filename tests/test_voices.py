@@ -12,6 +12,8 @@ from gateway.config import Settings
 from gateway.engines.embedded import EmbeddedEngine
 from gateway.errors import BadRequest
 
+from .conftest import embedded_engine
+
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 RATE = 24000
 
@@ -31,10 +33,8 @@ GROUPS = [
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def engine() -> AsyncIterator[EmbeddedEngine]:
-    eng = EmbeddedEngine(Settings(embedded_vocoder="off"))
-    await eng.start()
-    yield eng
-    await eng.aclose()
+    async with embedded_engine(Settings(embedded_vocoder="off")) as eng:
+        yield eng
 
 
 async def render(engine: EmbeddedEngine, text: str, voice: str) -> np.ndarray:
