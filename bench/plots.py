@@ -2,10 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .common import Stats
+from typing import Any
 
 
 def plot_timeline(path: Path, title: str, lanes: dict[str, dict[str, Any]]) -> None:
@@ -35,9 +32,10 @@ def plot_timeline(path: Path, title: str, lanes: dict[str, dict[str, Any]]) -> N
     _save(fig, path)
 
 
-def plot_bars(path: Path, title: str, groups: dict[str, dict[str, Stats]],
+def plot_bars(path: Path, title: str, groups: dict[str, dict[str, Any]],
               ylabel: str = "time to first audio (ms)") -> None:
-    """Grouped bars: the mean per channel and group, with a median dot and a p90 whisker."""
+    """Grouped bars: the mean per channel and group, with a median dot and a p90 whisker
+    (``groups``: group -> channel -> a ``bench.common.Stats``)."""
     plt = pyplot()
     channels = list(dict.fromkeys(c for g in groups.values() for c in g))
     width = 0.8 / max(1, len(channels))
