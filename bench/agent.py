@@ -33,9 +33,10 @@ from gateway.agent.bedrock import BedrockConverse
 from gateway.agent.openai_chat import OpenAIChat
 from .client import StreamResult
 from gateway.config import Settings
-from .common import (Probe, RESULTS_DIR, RemoteClient, Target, bench_settings, gateway, machine, measure,
-                     plot_timeline, post_speech, publish, quiet_logs, stall_cell, stream_run, summarize,
-                     table, timeline)
+from .common import (Probe, RESULTS_DIR, Target, bench_settings, gateway, measure, post_speech, publish,
+                     quiet_logs, recorded, stall_cell, stream_run, summarize, table, timeline)
+from .plots import plot_timeline
+from .remote import RemoteClient
 from .corpus import agent_prompts
 
 ANCHOR = {"local_container_speedup": 2.4, "deployed_runtime_speedup": 3.5,
@@ -156,20 +157,19 @@ def gateway_settings(args: argparse.Namespace) -> Settings:
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"bench": "agent", "anchor": ANCHOR, "engine": args.engine, "reps": args.reps,
                            "agent": {"first_token_ms": args.first_token_ms, "tokens_per_s": args.tokens_per_s},
-                           "machine_start": machine(), "sources": {}}
-    started = time.perf_counter()
+                           "sources": {}}
     fields: dict[str, Any] = {"voice": args.voice} if args.voice else {}
     if args.engine == "fake" and args.fake_speed != 1.0:
         fields["speed"] = args.fake_speed
-    async with aiohttp.ClientSession() as http, gateway(gateway_settings(args)) as t, RemoteClient.start() as client:
-        for name, (source, prompts) in sources(http, args).items():
-            probes = probes_for(t, source, fields, client if name == "simulated" else None)
-            result = summarize(await measure(http, probes, prompts, args.reps, WARMUP, name))
-            out["sources"][name] = {**result, "prompts": prompts}
-        if not args.no_plots and not args.no_simulated:
-            path = args.out / "agent-timeline.png"
-            out["timeline"] = await draw_timeline(client, t, agent_prompts()[0], fields, path)
-    out.update(machine_end=machine(), elapsed_s=round(time.perf_counter() - started, 1))
+    with recorded(out):
+        async with aiohttp.ClientSession() as http, gateway(gateway_settings(args)) as t, RemoteClient.start() as client:
+            for name, (source, prompts) in sources(http, args).items():
+                probes = probes_for(t, source, fields, client if name == "simulated" else None)
+                result = summarize(await measure(http, probes, prompts, args.reps, WARMUP, name))
+                out["sources"][name] = {**result, "prompts": prompts}
+            if not args.no_plots and not args.no_simulated:
+                path = args.out / "agent-timeline.png"
+                out["timeline"] = await draw_timeline(client, t, agent_prompts()[0], fields, path)
     return out
 
 

@@ -27,31 +27,26 @@ import json
 import logging
 import multiprocessing
 import os
-import resource
-import shutil
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator
 
-import aiohttp
 import numpy as np
 
-from gateway.config import ROOT, Settings
+from gateway.config import Settings
 from gateway.engines.fake import FakeEngine
 from gateway.errors import BadRequest
 
+from .capacity_clients import client_worker
+from .meters import busy_fraction, cpu_times, encoder_speeds, py_spy_top, raise_fd_limit
+from .procs import GatewayProcess
+
 log = logging.getLogger(__name__)
 
-LOOPBACK = "127.0.0.1"
 PACED_FAKE = "bench.capacity:PacedFakeEngine"
-# the gateway's own entry point on uvloop's event loop, to measure what the loop costs
-UVLOOP_MAIN = "import sys, uvloop; uvloop.install(); from gateway.cli import main; sys.exit(main(sys.argv[1:]))"
 
 SENTENCE = "The quick brown fox jumps over the lazy dog near the quiet river bank today."
 WORD_S = 0.24  # the fake engine's audio per word (180 ms tone + 60 ms gap)
@@ -85,116 +80,6 @@ def reply_text(seconds: float) -> str:
     """A reply whose fake audio lasts at least ``seconds``."""
     words = len(SENTENCE.split())
     return " ".join([SENTENCE] * (int(seconds / (WORD_S * words)) + 1))
-
-
-def payload_seconds(data: bytes, fmt: str, rate: int) -> float:
-    if fmt == "pcm":
-        return len(data) / 2 / rate
-    from gateway.audio.mp3 import iter_frames
-
-    return sum(h.duration_s for _, h in iter_frames(data))
-
-
-# -- the gateway under test, in its own process ----------------------------------------------
-def raise_fd_limit(_: object = None) -> int:
-    """Raise the soft open-file limit to the hard one (children inherit it); return it."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    return hard
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return int(s.getsockname()[1])
-
-
-class GatewayProcess:
-    """``run_gateway.py serve`` (or ``container``) in a subprocess on a free loopback port.
-
-    Its log goes to a temporary file (a full pipe would stall it); the tail is quoted when it
-    fails to become ready.
-    """
-
-    def __init__(self, engine: str, settings: dict[str, str] | None = None, *, command: str = "serve",
-                 uvloop: bool = False, ready_timeout_s: float = 120.0) -> None:
-        self.engine, self.settings, self.command = engine, dict(settings or {}), command
-        self.uvloop = uvloop
-        self.ready_timeout_s = ready_timeout_s
-        self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-        fd, name = tempfile.mkstemp(prefix=f"{command}-", suffix=".log")
-        os.close(fd)
-        self.log_path = Path(name)
-
-    @property
-    def url(self) -> str:
-        return f"http://{LOOPBACK}:{self.port}"
-
-    @property
-    def ws_url(self) -> str:
-        path = "/invocations-bidirectional-stream" if self.command == "container" else "/v1/stream/ws"
-        return f"ws://{LOOPBACK}:{self.port}{path}"
-
-    @property
-    def pid(self) -> int:
-        if self.proc is None:
-            raise RuntimeError("the gateway process has not been started")
-        return self.proc.pid
-
-    def runqueue_seconds(self) -> float:
-        """Seconds the event-loop thread has waited for a CPU while runnable (schedstat): how
-        much the scheduler, not the gateway, held it back."""
-        return int(Path(f"/proc/{self.pid}/task/{self.pid}/schedstat").read_text().split()[1]) / 1e9
-
-    def cpu_seconds(self) -> float:
-        """User + system CPU the process has used so far (from /proc, so no psutil needed)."""
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    async def __aenter__(self) -> "GatewayProcess":
-        entry = ["-c", UVLOOP_MAIN] if self.uvloop else [str(ROOT / "run_gateway.py")]
-        args = [sys.executable, *entry, self.command, "--engine", self.engine, "--host", LOOPBACK, "--port", str(self.port)]
-        for name, value in self.settings.items():
-            args += ["--set", f"{name}={value}"]
-        with self.log_path.open("wb") as out:
-            self.proc = subprocess.Popen(args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            await self._wait_ready()
-        except BaseException:
-            await self.__aexit__()
-            raise
-        return self
-
-    async def _wait_ready(self) -> None:
-        path = "/ping" if self.command == "container" else "/readyz"
-        deadline = time.monotonic() + self.ready_timeout_s
-        async with aiohttp.ClientSession() as http:
-            while time.monotonic() < deadline:
-                if self.proc is not None and self.proc.poll() is not None:
-                    raise RuntimeError(f"{self.command} exited ({self.proc.returncode}):\n{self.log_tail()}")
-                try:
-                    async with http.get(self.url + path) as resp:
-                        if resp.status == 200:
-                            return
-                except aiohttp.ClientConnectionError:
-                    pass
-                await asyncio.sleep(0.1)
-        raise TimeoutError(f"{self.command} not ready in {self.ready_timeout_s:g} s:\n{self.log_tail()}")
-
-    def log_tail(self, lines: int = 20) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()  # SIGTERM: the gateway drains and exits
-            try:
-                await asyncio.to_thread(self.proc.wait, 20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                await asyncio.to_thread(self.proc.wait)
-        self.log_path.unlink(missing_ok=True)
 
 
 class PacedFakeEngine(FakeEngine):
@@ -236,152 +121,6 @@ class PacedFakeEngine(FakeEngine):
             due = started + (start + len(chunk)) / self.sample_rate * rtf
             await asyncio.sleep(max(0.0, due - loop.time()))
             yield chunk.tobytes()
-
-
-def cpu_times() -> tuple[float, float]:
-    """(busy, total) jiffies of the whole machine: how much CPU everything else took."""
-    values = [float(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    total = sum(values[:8])
-    return total - values[3] - values[4], total
-
-
-def busy_fraction(before: tuple[float, float], after: tuple[float, float]) -> float:
-    total = after[1] - before[1]
-    return (after[0] - before[0]) / total if total else 0.0
-
-
-async def py_spy_top(pid: int, seconds: float, top: int = 12) -> list[tuple[str, float]]:
-    """Sample ``pid`` with py-spy; the functions where it spends its CPU, as shares of samples."""
-    exe = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    if not Path(exe).exists():
-        log.warning("py-spy is not installed: no profile")
-        return []
-    fd, raw = tempfile.mkstemp(suffix=".txt")
-    os.close(fd)
-    proc = await asyncio.create_subprocess_exec(
-        exe, "record", "--pid", str(pid), "--duration", str(max(1, int(seconds))), "--rate", "50",
-        "--format", "raw", "--nonblocking", "-o", raw,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
-    await proc.wait()
-    counts: collections.Counter[str] = collections.Counter()
-    for line in Path(raw).read_text().splitlines():
-        stack, _, n = line.rpartition(" ")
-        if stack and n.isdigit():  # self time: the innermost frame, without its line number
-            leaf = stack.rsplit(";", 1)[-1]
-            counts[leaf.rsplit(":", 1)[0] + ")" if ":" in leaf else leaf] += int(n)
-    Path(raw).unlink(missing_ok=True)
-    total = sum(counts.values()) or 1
-    return [(name, round(n / total, 4)) for name, n in counts.most_common(top)]
-
-
-def encoder_speeds(seconds: float = 20.0) -> dict[str, float]:
-    """x real time of each MP3 encoder alone on one core (64 kbps, 24 kHz, 200 ms chunks)."""
-    import av
-
-    from gateway.audio.encoders import Mp3Encoder
-
-    rng = np.random.default_rng(7)  # tones + noise: LAME's cost barely depends on content
-    t = np.arange(int(24000 * seconds)) / 24000
-    pcm = (8000 * np.sin(2 * np.pi * 220 * t) * np.sin(2 * np.pi * 3 * t) + rng.normal(0, 800, t.size)).astype(np.int16)
-    chunks = [pcm[i:i + 4800] for i in range(0, pcm.size, 4800)]
-    started = time.process_time()
-    lame = Mp3Encoder(sample_rate=24000, bitrate=64)
-    for chunk in chunks:
-        lame.encode(chunk.tobytes())
-    lame.flush()
-    lame_s = time.process_time() - started
-    started = time.process_time()
-    ctx = av.CodecContext.create("libmp3lame", "w")
-    ctx.sample_rate, ctx.layout, ctx.format, ctx.bit_rate = 24000, "mono", "s16p", 64000
-    ctx.open()
-    for n, chunk in enumerate(chunks):
-        frame = av.AudioFrame.from_ndarray(chunk.reshape(1, -1), format="s16p", layout="mono")
-        frame.sample_rate, frame.pts = 24000, n * 4800
-        ctx.encode(frame)
-    ctx.encode(None)
-    pyav_s = time.process_time() - started
-    return {"lameenc_x_realtime": round(seconds / lame_s, 1), "pyav_x_realtime": round(seconds / pyav_s, 1)}
-
-
-# -- the client side (runs in client processes) ------------------------------------------
-class Sink:
-    def __init__(self) -> None:
-        self.late: list[float] = []
-        self.errors: collections.Counter[str] = collections.Counter()
-        self.connected = 0
-        self.audio_s = 0.0  # audio delivered inside the window
-
-
-async def _session(http: aiohttp.ClientSession, url: str, fmt: str, text: str,
-                   window: tuple[float, float], sink: Sink) -> None:
-    async with http.ws_connect(url, max_msg_size=0) as ws:
-        sink.connected += 1
-        await ws.send_json({"type": "start", "format": fmt, "cache": False})  # every session synthesizes
-        await ws.send_json({"type": "text", "text": text})
-        await ws.send_json({"type": "end"})
-        first, heard, rate = 0.0, 0.0, 24000
-        async for msg in ws:
-            now = time.monotonic()
-            if msg.type == aiohttp.WSMsgType.BINARY:
-                if not first:
-                    first = now
-                seconds = payload_seconds(msg.data, fmt, rate)
-                if window[0] <= now <= window[1]:
-                    sink.audio_s += seconds
-                    if now != first:
-                        sink.late.append(now - first - heard)
-                heard += seconds
-            elif msg.type == aiohttp.WSMsgType.TEXT:
-                body = json.loads(msg.data)
-                if body["type"] == "ready":
-                    rate = int(body["sample_rate"])
-                elif body["type"] == "error":
-                    sink.errors[str(body.get("code"))] += 1
-            else:
-                break
-
-
-async def _guarded(coro: Any, sink: Sink) -> None:
-    try:
-        await coro
-    except asyncio.CancelledError:
-        raise
-    except aiohttp.WSServerHandshakeError as exc:
-        sink.errors[f"http_{exc.status}"] += 1
-    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-        sink.errors[type(exc).__name__] += 1
-
-
-async def _client_load(url: str, n: int, fmt: str, text: str, start_at: float, ramp_s: float,
-                       window: tuple[float, float]) -> dict[str, Any]:
-    sink = Sink()
-    cpu0 = time.process_time()
-    connector = aiohttp.TCPConnector(limit=0, force_close=True)
-    async with aiohttp.ClientSession(connector=connector) as http:
-        tasks = []
-        for i in range(n):  # a steady ramp: a connect storm measures the accept queue, not streaming
-            await asyncio.sleep(max(0.0, start_at + i * ramp_s / n - time.monotonic()))
-            tasks.append(asyncio.create_task(_guarded(_session(http, url, fmt, text, window, sink), sink)))
-        await asyncio.sleep(max(0.0, window[1] - time.monotonic()))
-        streaming = sum(1 for t in tasks if not t.done())
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    cpu = time.process_time() - cpu0
-    return {"late": sink.late, "errors": dict(sink.errors), "connected": sink.connected,
-            "streaming": streaming, "client_cpu_s": cpu, "audio_s": sink.audio_s}
-
-
-def client_worker(url: str, n: int, fmt: str, text: str, start_at: float, ramp_s: float,
-                  window: tuple[float, float]) -> dict[str, Any]:
-    """Entry point of a client process (module-level, so a spawned process can import it)."""
-    raise_fd_limit()
-    coro = _client_load(url, n, fmt, text, start_at, ramp_s, window)
-    try:
-        import uvloop  # the clients are not what is measured: give them the faster loop
-    except ImportError:
-        return asyncio.run(coro)
-    return uvloop.run(coro)
 
 
 # -- the orchestrator ------------------------------------------------------------------------

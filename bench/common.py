@@ -1,43 +1,36 @@
-"""Shared pieces of the latency benchmarks: gateways on loopback, timing, stats, output.
+"""Shared pieces of the latency benchmarks: targets, timing, stats, output.
 
 A benchmark starts a real gateway on a free loopback port (in this process, so it can also
-call the engine directly, or as a subprocess for the container path), talks to it with the
-reference clients, and writes ``bench-results/<name>.json`` plus PNG plots. Everything here
-is measurement plumbing; the figures themselves come from each benchmark's own runs.
+call the engine directly: ``gateway``; as a subprocess for the container path:
+``bench.procs``), talks to it with the reference clients (in a child process:
+``bench.remote``), and writes ``bench-results/<name>.json`` plus PNG plots (``bench.plots``).
+Everything here is measurement plumbing; the figures come from each benchmark's own runs.
 """
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
 import os
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterator, Sequence
 
 import aiohttp
 import numpy as np
-from aiohttp import web
 
-from gateway.config import ROOT, Settings, load_settings
+from gateway.config import Settings, load_settings
 from gateway.engines.base import Engine
+
+from .plots import plot_bars
+from .servers import serve_gateway
 
 log = logging.getLogger(__name__)
 
 RESULTS_DIR = Path("bench-results")
 STALL_TOLERANCE_S = 0.010  # a payload this late (or less) is jitter a player's buffer absorbs
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,140 +74,10 @@ async def gateway(settings: Settings, name: str | None = None, engine: Engine | 
     inference pool), so gateways that differ only in core settings can be measured side by
     side; the engine is closed by whichever gateway stops first, so stop them together.
     """
-    from gateway.app import make_app
     from gateway.state import GATEWAY
 
-    app = make_app(settings, engine)
-    runner = web.AppRunner(app, handler_cancellation=True)
-    await runner.setup()
-    port = free_port()
-    try:
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        gw = app[GATEWAY]
-        await gw.ready.wait()
-        if gw.load_error:
-            raise RuntimeError(f"engine {settings.engine} failed to load: {gw.load_error}")
-        yield Target(name or settings.engine, f"http://127.0.0.1:{port}", settings, gw.engine)
-    finally:
-        await runner.cleanup()
-
-
-@contextlib.asynccontextmanager
-async def subprocess_server(args: Sequence[str], port: int, ready_path: str,
-                            timeout: float = 120.0) -> AsyncIterator[str]:
-    """``python run_gateway.py ARGS`` as a child process; yields its base URL once ready."""
-    cmd = [sys.executable, str(ROOT / "run_gateway.py"), *args]
-    with tempfile.TemporaryFile() as errors:  # a file, not a pipe: a chatty child never blocks
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=errors)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            await _wait_http(url + ready_path, proc, timeout, errors)
-            yield url
-        finally:
-            proc.terminate()
-            try:
-                await asyncio.to_thread(proc.wait, 15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                await asyncio.to_thread(proc.wait)
-
-
-async def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float, errors: Any) -> None:
-    deadline = time.monotonic() + timeout
-    async with aiohttp.ClientSession() as http:
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                errors.seek(0)
-                tail = errors.read().decode(errors="replace")[-2000:]
-                raise RuntimeError(f"{' '.join(proc.args)} exited with {proc.returncode}: {tail}")
-            with contextlib.suppress(aiohttp.ClientError, OSError):
-                async with http.get(url) as resp:
-                    if resp.status == 200:
-                        return
-            await asyncio.sleep(0.2)
-    raise RuntimeError(f"{url} not ready after {timeout:g} s")
-
-
-# -- a client in its own process ----------------------------------------------------------
-
-
-class RemoteClient:
-    """The reference clients in a child process, driven over JSON lines on its stdin/stdout.
-
-    An in-process client shares the event loop with the gateway, so it reads a payload only
-    after whatever CPU work the gateway does next (encoding the rest of a segment), which
-    would be counted as gateway latency. In a child process it reads as soon as bytes arrive.
-    Times are ``time.perf_counter()`` values, one monotonic clock for all processes on Linux.
-    """
-
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
-
-    @classmethod
-    @contextlib.asynccontextmanager
-    async def start(cls) -> AsyncIterator["RemoteClient"]:
-        code = "from bench.common import client_worker; client_worker()"
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", code, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, limit=1 << 24)
-        try:
-            yield cls(proc)
-        finally:
-            if proc.stdin is not None:
-                proc.stdin.close()
-            try:
-                await asyncio.wait_for(proc.wait(), 10)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
-
-    async def run(self, channel: str, url: str, text: str = "", options: dict[str, Any] | None = None,
-                  prompt: str = "") -> Any:
-        """One reply (``text`` or ``prompt``) on ``ws`` or ``sse``; a ``StreamResult`` whose
-        payloads keep only their sizes (the audio itself stays in the child). Options default
-        to ``cache: false``: each run synthesizes afresh."""
-        from .client import StreamResult
-
-        if self.proc.stdin is None or self.proc.stdout is None:
-            raise RuntimeError("the client process has no pipes")
-        # benchmarks measure synthesis: no cache and no shared synthesis unless a bench asks
-        job = {"channel": channel, "url": url, "text": text, "prompt": prompt,
-               "options": {"cache": False, **(options or {})}}
-        self.proc.stdin.write(json.dumps(job).encode() + b"\n")
-        await self.proc.stdin.drain()
-        line = await self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError("the client process died")
-        reply = json.loads(line)
-        if "exception" in reply:
-            raise RuntimeError(f"{channel} client failed: {reply['exception']}")
-        r = StreamResult(events=[tuple(e) for e in reply["events"]], t0=reply["t0"])
-        r.payloads, r.payload_times = [bytes(n) for n in reply["sizes"]], reply["times"]
-        return r
-
-
-def client_worker() -> None:
-    """The child side of ``RemoteClient``: one job per stdin line, one JSON reply per job."""
-    asyncio.run(_client_jobs())
-
-
-async def _client_jobs() -> None:
-    from .client import sse_stream, ws_stream
-
-    async with aiohttp.ClientSession() as http:
-        while line := await asyncio.to_thread(sys.stdin.readline):
-            job = json.loads(line)
-            try:
-                given = {"prompt": job["prompt"]} if job["prompt"] else {"text": job["text"]}
-                if job["channel"] == "ws":
-                    r = await ws_stream(http, job["url"], options=job["options"], **given)
-                else:
-                    r = await sse_stream(http, job["url"], method="POST", **given, **job["options"])
-                events = [(t, k, {n: v for n, v in f.items() if n != "data"}) for t, k, f in r.events]
-                reply = {"t0": r.t0, "times": r.payload_times, "sizes": [len(p) for p in r.payloads], "events": events}
-            except Exception as exc:  # reported to the parent, which raises it
-                reply = {"exception": repr(exc)}
-            sys.stdout.write(json.dumps(reply) + "\n")
-            sys.stdout.flush()
+    async with serve_gateway(settings, engine) as (url, app):
+        yield Target(name or settings.engine, url, settings, app[GATEWAY].engine)
 
 
 # -- measurements --------------------------------------------------------------------------
@@ -356,6 +219,15 @@ def machine() -> dict[str, Any]:
     return {"cpus": os.cpu_count(), "loadavg_1m": round(load[0], 2), "loadavg_5m": round(load[1], 2)}
 
 
+@contextlib.contextmanager
+def recorded(out: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Stamp a benchmark's result with the machine's load before and after, and its run time."""
+    out["machine_start"] = machine()
+    started = time.perf_counter()
+    yield out
+    out.update(machine_end=machine(), elapsed_s=round(time.perf_counter() - started, 1))
+
+
 def write_json(out_dir: Path, name: str, data: dict[str, Any]) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}.json"
@@ -472,69 +344,3 @@ def timeline(result: Any, *, bitrate: int, first_clause_words: int, max_chars: i
         "stall_gaps_ms": [(a * 1000, b * 1000) for a, b in play["gaps"]],
         "ttfb_ms": result.ttfb_ms,
     }
-
-
-def plot_timeline(path: Path, title: str, lanes: dict[str, dict[str, Any]]) -> None:
-    """One subplot per channel; rows: tokens, cuts, synthesis, audio sent, received, playing."""
-    plt = _pyplot()
-    fig, axes = plt.subplots(len(lanes), 1, figsize=(11, 2.6 * len(lanes)), sharex=True, squeeze=False)
-    rows = ("tokens in", "segment cut", "synthesis", "audio sent", "audio received", "playing")
-    for ax, (channel, tl) in zip(axes[:, 0], lanes.items()):
-        y = {name: len(rows) - i for i, name in enumerate(rows)}
-        ax.vlines(tl["tokens_ms"], y["tokens in"] - 0.3, y["tokens in"] + 0.3, color="0.5", lw=0.8)
-        ax.plot(tl["cuts_ms"], [y["segment cut"]] * len(tl["cuts_ms"]), "v", color="tab:purple")
-        for n, (a, b) in enumerate(tl["synthesis_ms"]):
-            ax.broken_barh([(a, max(b - a, 1.0))], (y["synthesis"] - 0.35, 0.7),
-                           color="tab:orange" if n % 2 else "tab:brown")
-        ax.vlines(tl["sent_ms"], y["audio sent"] - 0.3, y["audio sent"] + 0.3, color="tab:blue", lw=0.8)
-        ax.vlines(tl["received_ms"], y["audio received"] - 0.3, y["audio received"] + 0.3, color="tab:green", lw=0.8)
-        ax.broken_barh([(a, b - a) for a, b in tl["playing_ms"]], (y["playing"] - 0.35, 0.7), color="tab:green")
-        ax.broken_barh([(a, b - a) for a, b in tl["stall_gaps_ms"]], (y["playing"] - 0.35, 0.7), color="tab:red")
-        ax.set_yticks(list(y.values()), list(y.keys()))
-        ttfb = tl["ttfb_ms"]
-        ax.set_title(f"{channel}: first audio {ttfb:.0f} ms" if ttfb else channel, fontsize=10, loc="left")
-        if ttfb:
-            ax.axvline(ttfb, color="tab:green", ls=":", lw=1)
-        ax.grid(axis="x", alpha=0.3)
-    axes[-1, 0].set_xlabel("ms since the request (server events: since its first input)")
-    fig.suptitle(title)
-    _save(fig, path)
-
-
-def plot_bars(path: Path, title: str, groups: dict[str, dict[str, Stats]],
-              ylabel: str = "time to first audio (ms)") -> None:
-    """Grouped bars: the mean per channel and group, with a median dot and a p90 whisker."""
-    plt = _pyplot()
-    channels = list(dict.fromkeys(c for g in groups.values() for c in g))
-    width = 0.8 / max(1, len(channels))
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.8 * len(groups) * max(1, len(channels)) / 2), 4.2))
-    for j, channel in enumerate(channels):
-        xs = [i + (j - (len(channels) - 1) / 2) * width for i, g in enumerate(groups.values()) if channel in g]
-        st = [g[channel] for g in groups.values() if channel in g]
-        ax.bar(xs, [s.mean for s in st], width * 0.9, label=channel,
-               yerr=[[0] * len(st), [max(0.0, s.p90 - s.mean) for s in st]], capsize=3)
-        ax.plot(xs, [s.median for s in st], "k.", ms=5)
-        for x, s in zip(xs, st):
-            ax.annotate(f"{s.mean:.0f}", (x, s.mean), ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(range(len(groups)), list(groups))
-    ax.set_ylabel(ylabel)
-    ax.set_title(title + "  (bar: mean, dot: median, whisker: p90)", fontsize=10)
-    ax.legend(fontsize=8)
-    ax.grid(axis="y", alpha=0.3)
-    _save(fig, path)
-
-
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only; no display needed
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    _pyplot().close(fig)

@@ -29,8 +29,9 @@ import aiohttp
 from gateway.engines import create_engine
 from gateway.engines.base import Engine
 from gateway.segmenter import split_text
-from .common import (Probe, RESULTS_DIR, RemoteClient, Target, bench_settings, gateway, machine, measure,
-                     publish, quiet_logs, summarize, table)
+from .common import (Probe, RESULTS_DIR, Target, bench_settings, gateway, measure, publish, quiet_logs, recorded,
+                     summarize, table)
+from .remote import RemoteClient
 
 SENTENCES = (
     "Your table is booked for seven.",
@@ -188,12 +189,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"bench": "overhead", "target_ms": TARGET_MS, "reps": args.reps, "sentences": SENTENCES,
-                           "split_ms": args.split_ms, "machine_start": machine(), "engines": {}}
-    started = time.perf_counter()
-    async with aiohttp.ClientSession() as http:
-        for name in args.engines:
-            out["engines"][name] = await run_engine(http, name, args)
-    out.update(machine_end=machine(), elapsed_s=round(time.perf_counter() - started, 1))
+                           "split_ms": args.split_ms, "engines": {}}
+    with recorded(out):
+        async with aiohttp.ClientSession() as http:
+            for name in args.engines:
+                out["engines"][name] = await run_engine(http, name, args)
     return out
 
 

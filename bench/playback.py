@@ -38,8 +38,9 @@ import aiohttp
 import numpy as np
 
 from gateway.config import Settings
-from .common import (RESULTS_DIR, RemoteClient, Target, _pyplot, bench_settings, gateway, machine,
-                     post_speech, publish, quiet_logs, table)
+from .common import RESULTS_DIR, Target, bench_settings, gateway, machine, post_speech, publish, quiet_logs, table
+from .plots import pyplot
+from .remote import RemoteClient
 from .player import SAMPLE_RATE, session_run
 
 TEXT = ("Sure, I can help with that. I found two flights to Denver on Friday that fit your schedule. "
@@ -195,7 +196,7 @@ def render(out: dict[str, Any]) -> str:
 def plot(path: Path, out: dict[str, Any]) -> None:
     """Playback start (x) against stall time (y), in seconds: a panel per engine, a colour per
     scenario, a marker per channel, a point per session; grey lines: the batch time."""
-    plt = _pyplot()
+    plt = pyplot()
     engines = list(dict.fromkeys(r["engine"] for r in out["runs"]))
     fig, axes = plt.subplots(1, len(engines), figsize=(4.2 * len(engines), 4.0), squeeze=False)
     for ax, engine in zip(axes[0], engines):

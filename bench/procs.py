@@ -1,27 +1,31 @@
-"""Start a gateway or container as a child process and wait for its "listening on" line.
+"""Start a gateway or container as a child process and wait until it serves.
 
 Benchmarks and tests run servers in subprocesses so their load does not share an event loop
-with the clients. The child's output is drained by a thread for its whole life: a pipe that
-nobody reads fills up, and the child then blocks on its next log line (the access log under
-load) and stops serving.
+with the clients. ``ServerProcess`` (synchronous, for tests) waits for the "listening on" line
+and drains the child's output with a thread for its whole life: a pipe that nobody reads fills
+up, and the child then blocks on its next log line (the access log under load) and stops
+serving. ``GatewayProcess`` (asynchronous, for benchmarks) logs to a temporary file, waits for
+the readiness route and reads the child's CPU from /proc.
 """
 from __future__ import annotations
 
+import asyncio
 import os
-import socket
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 from collections import deque
 from pathlib import Path
 
+import aiohttp
+
+from .servers import LOOPBACK, free_port
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+# the gateway's own entry point on uvloop's event loop, to measure what the loop costs
+UVLOOP_MAIN = "import sys, uvloop; uvloop.install(); from gateway.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
 class ServerProcess:
@@ -69,3 +73,90 @@ class ServerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class GatewayProcess:
+    """``run_gateway.py serve`` (or ``container``) in a subprocess on a free loopback port.
+
+    Its log goes to a temporary file (a full pipe would stall it); the tail is quoted when it
+    fails to become ready.
+    """
+
+    def __init__(self, engine: str, settings: dict[str, str] | None = None, *, command: str = "serve",
+                 uvloop: bool = False, ready_timeout_s: float = 120.0) -> None:
+        self.engine, self.settings, self.command = engine, dict(settings or {}), command
+        self.uvloop = uvloop
+        self.ready_timeout_s = ready_timeout_s
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        fd, name = tempfile.mkstemp(prefix=f"{command}-", suffix=".log")
+        os.close(fd)
+        self.log_path = Path(name)
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        path = "/invocations-bidirectional-stream" if self.command == "container" else "/v1/stream/ws"
+        return f"ws://{LOOPBACK}:{self.port}{path}"
+
+    @property
+    def pid(self) -> int:
+        if self.proc is None:
+            raise RuntimeError("the gateway process has not been started")
+        return self.proc.pid
+
+    def runqueue_seconds(self) -> float:
+        """Seconds the event-loop thread has waited for a CPU while runnable (schedstat): how
+        much the scheduler, not the gateway, held it back."""
+        return int(Path(f"/proc/{self.pid}/task/{self.pid}/schedstat").read_text().split()[1]) / 1e9
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU the process has used so far (from /proc, so no psutil needed)."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    async def __aenter__(self) -> "GatewayProcess":
+        entry = ["-c", UVLOOP_MAIN] if self.uvloop else [str(ROOT / "run_gateway.py")]
+        args = [sys.executable, *entry, self.command, "--engine", self.engine, "--host", LOOPBACK, "--port", str(self.port)]
+        for name, value in self.settings.items():
+            args += ["--set", f"{name}={value}"]
+        with self.log_path.open("wb") as out:
+            self.proc = subprocess.Popen(args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            await self._wait_ready()
+        except BaseException:
+            await self.__aexit__()
+            raise
+        return self
+
+    async def _wait_ready(self) -> None:
+        path = "/ping" if self.command == "container" else "/readyz"
+        deadline = time.monotonic() + self.ready_timeout_s
+        async with aiohttp.ClientSession() as http:
+            while time.monotonic() < deadline:
+                if self.proc is not None and self.proc.poll() is not None:
+                    raise RuntimeError(f"{self.command} exited ({self.proc.returncode}):\n{self.log_tail()}")
+                try:
+                    async with http.get(self.url + path) as resp:
+                        if resp.status == 200:
+                            return
+                except aiohttp.ClientConnectionError:
+                    pass
+                await asyncio.sleep(0.1)
+        raise TimeoutError(f"{self.command} not ready in {self.ready_timeout_s:g} s:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 20) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()  # SIGTERM: the gateway drains and exits
+            try:
+                await asyncio.to_thread(self.proc.wait, 20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                await asyncio.to_thread(self.proc.wait)
+        self.log_path.unlink(missing_ok=True)

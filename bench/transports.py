@@ -16,14 +16,13 @@ import asyncio
 import base64
 import json
 import logging
-import socket
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator
 
-from aiohttp import web
-
 from gateway.config import Settings, load_settings
+
+from .servers import serve_gateway
 
 log = logging.getLogger(__name__)
 
@@ -104,30 +103,11 @@ async def payloads(page: Any, name: str) -> list[bytes]:
 
 
 # -- the benchmark ------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @asynccontextmanager
 async def serve(settings: Settings) -> AsyncIterator[str]:
     """A real gateway on a free loopback port; yields its URL."""
-    from gateway.app import make_app
-    from gateway.state import GATEWAY
-
-    app = make_app(settings)
-    runner = web.AppRunner(app, handler_cancellation=True)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        await app[GATEWAY].ready.wait()
-        if app[GATEWAY].load_error:
-            raise RuntimeError(f"engine failed to load: {app[GATEWAY].load_error}")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    async with serve_gateway(settings) as (url, _):
+        yield url
 
 
 def row(channel: str, chunking: str, st: dict[str, Any]) -> dict[str, Any]:

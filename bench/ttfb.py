@@ -33,9 +33,11 @@ import numpy as np
 
 from gateway.engines.fake import GAP_S, WORD_S
 from gateway.segmenter import split_text
-from .common import (Probe, RESULTS_DIR, RemoteClient, Target, bench_settings, free_port, gateway, machine,
-                     measure, plot_timeline, post_speech, publish, quiet_logs, stall_cell, stream_run,
-                     subprocess_server, summarize, table, timeline)
+from .common import (Probe, RESULTS_DIR, Target, bench_settings, gateway, measure, post_speech, publish,
+                     quiet_logs, recorded, stall_cell, stream_run, summarize, table, timeline)
+from .plots import plot_timeline
+from .procs import GatewayProcess
+from .remote import RemoteClient
 from .corpus import corpus
 
 ANCHOR = {"batch_mean_ms": 329.3, "stream_mean_ms": 156.7, "improvement_pct": -52.4,
@@ -116,13 +118,11 @@ def fake_overrides(args: argparse.Namespace, cal: dict[str, Any] | None
 
 
 @contextlib.asynccontextmanager
-async def container_target(args: argparse.Namespace, fake_sets: list[str]) -> Any:
-    port = free_port()
-    cmd = ["container", "--engine", args.container_engine, "--host", "127.0.0.1", "--port", str(port),
-           "--set", "log_level=WARNING", *fake_sets]
-    async with subprocess_server(cmd, port, "/ping"):
-        url = f"ws://127.0.0.1:{port}/invocations-bidirectional-stream"
-        async with gateway(bench_settings("container", args.set, container_url=url)) as t:
+async def container_target(args: argparse.Namespace, inside: dict[str, Any]) -> Any:
+    """A model container (``inside``: its settings) in a subprocess, and a gateway in front."""
+    settings = {"log_level": "WARNING", **{k: str(v) for k, v in inside.items()}}
+    async with GatewayProcess(args.container_engine, settings, command="container") as box:
+        async with gateway(bench_settings("container", args.set, container_url=box.ws_url)) as t:
             yield t
 
 
@@ -158,8 +158,7 @@ async def run_engines(http: aiohttp.ClientSession, client: RemoteClient, args: a
             if name == "fake" or args.container_engine == "fake":
                 fields.update(speed)
         if name == "container":
-            inside = [x for k, v in fsets.items() for x in ("--set", f"{k}={v}")]
-            ctx = container_target(args, inside if args.container_engine == "fake" else [])
+            ctx = container_target(args, fsets if args.container_engine == "fake" else {})
         else:
             ctx = gateway(bench_settings(name, args.set, **(fsets if name == "fake" else {})))
         async with ctx as t:
@@ -302,20 +301,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
     texts = corpus(args.corpus)
     out: dict[str, Any] = {"bench": "ttfb-sweep" if args.sweep else "ttfb", "anchor": ANCHOR, "reps": args.reps,
-                           "corpus": texts, "machine_start": machine(), "engines": {}}
-    started = time.perf_counter()
-    async with aiohttp.ClientSession() as http, RemoteClient.start() as client:
-        if args.sweep:
-            await run_sweep(http, client, args, texts, out)
-        elif args.url:
-            async with http.get(args.url.rstrip("/") + "/readyz") as resp:
-                name = (await resp.json()).get("engine", "url")
-            t = Target(name, args.url.rstrip("/"), bench_settings("fake", args.set))
-            fields = {"voice": args.voice} if args.voice else {}
-            out["engines"][name] = await run_target(http, client, t, fields, texts, args)
-        else:
-            await run_engines(http, client, args, texts, out)
-    out.update(machine_end=machine(), elapsed_s=round(time.perf_counter() - started, 1))
+                           "corpus": texts, "engines": {}}
+    with recorded(out):
+        async with aiohttp.ClientSession() as http, RemoteClient.start() as client:
+            if args.sweep:
+                await run_sweep(http, client, args, texts, out)
+            elif args.url:
+                async with http.get(args.url.rstrip("/") + "/readyz") as resp:
+                    name = (await resp.json()).get("engine", "url")
+                t = Target(name, args.url.rstrip("/"), bench_settings("fake", args.set))
+                fields = {"voice": args.voice} if args.voice else {}
+                out["engines"][name] = await run_target(http, client, t, fields, texts, args)
+            else:
+                await run_engines(http, client, args, texts, out)
     return out
 
 

@@ -1,27 +1,26 @@
 """Shared fixtures: real gateways on loopback ports, real clients, no mocks."""
 from __future__ import annotations
 
+import contextlib
 import os
-import socket
 from dataclasses import dataclass
-from typing import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable
 
 import aiohttp
 import pytest
 from aiohttp import web
 
-from gateway.app import make_app
+from bench.servers import free_port, serve_gateway
 from gateway.config import Settings, load_settings
 from gateway.engines.base import Engine
 from gateway.state import GATEWAY
 
+if TYPE_CHECKING:
+    from gateway.engines.embedded import EmbeddedEngine
+
+__all__ = ["Server", "embedded_engine", "embedded_gateway", "fake_settings", "free_port"]
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a stray hub call fails at once
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -45,23 +44,35 @@ def fake_settings(**overrides: object) -> Settings:
 
 @pytest.fixture
 async def start_server() -> AsyncIterator[Callable[..., Awaitable[Server]]]:
-    """Start a real gateway on a free loopback port: ``await start_server(settings)``."""
-    runners: list[web.AppRunner] = []
+    """Start a real gateway on a free loopback port: ``await start_server(settings)``. Its engine
+    may have failed to load (``server.app[GATEWAY].load_error``): tests of that failure use it."""
+    async with contextlib.AsyncExitStack() as stack:
+        async def start(settings: Settings | None = None, engine: Engine | None = None) -> Server:
+            settings = settings or fake_settings()
+            url, app = await stack.enter_async_context(serve_gateway(settings, engine, require_engine=False))
+            return Server(url, app, settings)
 
-    async def start(settings: Settings | None = None, engine: Engine | None = None) -> Server:
-        settings = settings or fake_settings()
-        app = make_app(settings, engine)
-        runner = web.AppRunner(app, handler_cancellation=True)
-        await runner.setup()
-        port = free_port()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        runners.append(runner)
-        await app[GATEWAY].ready.wait()
-        return Server(f"http://127.0.0.1:{port}", app, settings)
+        yield start
 
-    yield start
-    for runner in runners:
-        await runner.cleanup()
+
+@contextlib.asynccontextmanager
+async def embedded_gateway(**overrides: object) -> AsyncIterator[tuple[str, web.Application]]:
+    """A gateway on the real embedded engine (loaded, or the test fails): its URL and app."""
+    async with serve_gateway(load_settings(env={}, overrides={"engine": "embedded", **overrides})) as served:
+        yield served
+
+
+@contextlib.asynccontextmanager
+async def embedded_engine(settings: Settings) -> AsyncIterator[EmbeddedEngine]:
+    """The real embedded engine, started with ``settings`` and closed after."""
+    from gateway.engines.embedded import EmbeddedEngine
+
+    engine = EmbeddedEngine(settings)
+    await engine.start()
+    try:
+        yield engine
+    finally:
+        await engine.aclose()
 
 
 @pytest.fixture

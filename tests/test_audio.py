@@ -206,14 +206,35 @@ def test_aligner_refuses_junk_and_reports_a_partial_tail() -> None:
 
 # --- the encoders ------------------------------------------------------------------------
 
+# the demuxer each content type names (PCM: raw s16le, nothing to demux)
+DEMUXER_OF = {"audio/mpeg": "mp3", "audio/wav": "wav", "audio/webm;codecs=opus": "webm", "audio/pcm": None}
+
+
 def test_formats_and_content_types() -> None:
-    assert FORMATS == ("mp3", "pcm", "wav", "opus") and set(CONTENT_TYPES) == set(FORMATS)
+    """Each format's encoder produces what its content type says: read back with the demuxer
+    that type names, the bytes hold the tone that went in (PCM: the very samples)."""
+    pcm = tone(SR // 5).tobytes()
     for fmt in FORMATS:
         encoder = make_encoder(fmt)
-        assert (encoder.format, encoder.content_type, encoder.sample_rate) == (
-            fmt, CONTENT_TYPES[fmt], SR)
+        assert (encoder.format, encoder.content_type, encoder.sample_rate) == (fmt, CONTENT_TYPES[fmt], SR)
+        data = encoder.encode(pcm) + encoder.flush()
+        demuxer = DEMUXER_OF[encoder.content_type]  # a content type no player can read fails here
+        if demuxer is None:
+            assert data == pcm
+            continue
+        with av.open(io.BytesIO(data), format=demuxer) as box:
+            frames = list(box.decode(audio=0))
+        seconds = sum(f.samples for f in frames) / frames[0].sample_rate
+        assert 0.2 <= seconds < 0.2 + 0.1, (fmt, seconds)  # the tone, plus the codec's padding
     with pytest.raises(ValueError, match="mp3, pcm, wav, opus"):
         make_encoder("flac")
+
+
+def encode_in_pieces(fmt: str, pcm: bytes, sizes: list[int]) -> list[bytes]:
+    """What one encoder returns for ``pcm`` fed in pieces of ``sizes`` bytes, then its flush."""
+    encoder = make_encoder(fmt)
+    starts = np.cumsum([0, *sizes])
+    return [encoder.encode(pcm[a:b]) for a, b in zip(starts[:-1], starts[1:])] + [encoder.flush()]
 
 
 @pytest.mark.parametrize("kbps", [0, 7, 65, 192, 320])
@@ -227,12 +248,7 @@ def test_mp3_refuses_bitrates_mpeg2_cannot_carry(kbps: int) -> None:
 @given(st.lists(st.integers(min_value=1, max_value=3000), min_size=1, max_size=30))
 def test_mp3_encode_returns_whole_frames_for_any_chunking(sizes: list[int]) -> None:
     pcm = tone(sum(sizes) // 2 + 1).tobytes()[:sum(sizes)]  # odd byte counts included
-    encoder = make_encoder("mp3")
-    outs, pos = [], 0
-    for size in sizes:
-        outs.append(encoder.encode(pcm[pos:pos + size]))
-        pos += size
-    outs.append(encoder.flush())
+    outs = encode_in_pieces("mp3", pcm, sizes)
     assert all(is_whole_frames(o) for o in outs)
     if len(pcm) < 2:
         assert outs == [b""] * len(outs)  # no audio, no frames (and no error)
@@ -307,12 +323,7 @@ def test_flush_ends_the_utterance() -> None:
 @given(st.lists(st.integers(min_value=0, max_value=999), max_size=20))
 def test_pcm_is_passthrough_cut_between_samples(sizes: list[int]) -> None:
     pcm = tone(sum(sizes) // 2 + 1).tobytes()[:sum(sizes)]
-    encoder = make_encoder("pcm")
-    outs, pos = [], 0
-    for size in sizes:
-        outs.append(encoder.encode(pcm[pos:pos + size]))
-        pos += size
-    outs.append(encoder.flush())
+    outs = encode_in_pieces("pcm", pcm, sizes)
     assert all(len(o) % 2 == 0 for o in outs)
     assert b"".join(outs) == pcm[:len(pcm) & ~1]
 

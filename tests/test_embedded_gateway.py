@@ -8,16 +8,13 @@ import aiohttp
 import numpy as np
 import pytest
 import pytest_asyncio
-from aiohttp import web
 
-from gateway.app import make_app
 from gateway.audio.decode import decode_mp3
 from gateway.audio.mp3 import is_whole_frames
 from bench.client import sse_stream, ws_stream
-from gateway.config import load_settings
 from gateway.state import GATEWAY
 
-from .conftest import free_port
+from .conftest import embedded_gateway
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 RATE = 24000
@@ -26,17 +23,10 @@ REPLY = "Sure, I can help with that. Your order shipped this morning. It should 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def url() -> AsyncIterator[str]:
-    app = make_app(load_settings(env={}, overrides={"engine": "embedded"}))
-    runner = web.AppRunner(app, handler_cancellation=True)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    await app[GATEWAY].ready.wait()
-    assert not app[GATEWAY].load_error
-    # streaming inside a segment is built after readiness; these tests use it
-    assert await app[GATEWAY].engine.wait_vocoder()  # type: ignore[attr-defined]
-    yield f"http://127.0.0.1:{port}"
-    await runner.cleanup()
+    async with embedded_gateway() as (base, app):
+        # streaming inside a segment is built after readiness; these tests use it
+        assert await app[GATEWAY].engine.wait_vocoder()  # type: ignore[attr-defined]
+        yield base
 
 
 def assert_speech(samples: np.ndarray, words: int) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.resources
 import json
 import math
-import os
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +25,16 @@ pytest.importorskip("kokoro", reason="the kokoro engine needs the torch extra: p
 from gateway.engines.kokoro import KokoroEngine, find_model_files  # noqa: E402
 from gateway.options import check_voice  # noqa: E402
 
-os.environ["HF_HUB_OFFLINE"] = "1"  # a stray hub call fails at once instead of downloading
+
+@pytest.fixture(autouse=True)
+def hub_offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stray hub call fails at once instead of downloading. The hub reads the variable when
+    it is imported (kokoro imported it above), so the flag it checks is set too."""
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+
 
 KOKORO_82M_CONFIG = {
     "istftnet": {

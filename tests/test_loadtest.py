@@ -10,19 +10,9 @@ from typing import Awaitable, Callable
 import aiohttp
 import pytest
 
-from bench.loadtest import (
-    LevelResult,
-    Plan,
-    ServiceLevel,
-    channel_url,
-    find_knee,
-    invocations_per_instance,
-    is_loopback,
-    main,
-    playback_stalls,
-    recommend,
-    run_level,
-)
+from bench.loadtest import channel_url, is_loopback, main
+from bench.sessions import Plan, run_level
+from bench.slo import LevelResult, ServiceLevel, find_knee, invocations_per_instance, playback_stalls, recommend
 from tests.conftest import Server, fake_settings
 
 

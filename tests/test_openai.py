@@ -11,15 +11,11 @@ import mutagen.mp3
 import numpy as np
 import pytest
 import pytest_asyncio
-from aiohttp import web
 
-from gateway.app import make_app
 from gateway.audio.decode import decode_audio
 from gateway.audio.mp3 import count_frames, info_tag
-from gateway.config import load_settings
-from gateway.state import GATEWAY
 
-from .conftest import free_port
+from .conftest import embedded_gateway
 
 openai = pytest.importorskip("openai", reason="the test extra installs OpenAI's SDK")
 
@@ -36,15 +32,8 @@ DEMUXERS = {"mp3": "mp3", "opus": "ogg", "aac": "aac", "flac": "flac", "wav": "w
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def url() -> AsyncIterator[str]:
-    app = make_app(load_settings(env={}, overrides={"engine": "embedded"}))
-    runner = web.AppRunner(app, handler_cancellation=True)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    await app[GATEWAY].ready.wait()
-    assert not app[GATEWAY].load_error
-    yield f"http://127.0.0.1:{port}"
-    await runner.cleanup()
+    async with embedded_gateway() as (base, _):
+        yield base
 
 
 @pytest_asyncio.fixture(loop_scope="module")

@@ -161,7 +161,6 @@ def _masked_text_frame(payload: bytes) -> bytes:
 
 async def test_origin_allow_list(start_server, http) -> None:
     server = await start_server(fake_settings(allowed_origins="https://app.example.com"))
-    host = server.url.removeprefix("http://")
     for origin, ok in [(server.url, True), ("https://app.example.com", True), ("https://evil.example", False), (None, True)]:
         headers = {"Origin": origin} if origin else {}
         try:
@@ -175,7 +174,6 @@ async def test_origin_allow_list(start_server, http) -> None:
         async with http.get(server.url + "/v1/stream/sse", params={"text": "Hi."}, headers=headers) as r:
             assert (r.status == 200) == ok, (origin, r.status)
             await r.read()
-    assert host
 
 
 async def test_bearer_token_on_v1_routes(start_server, http) -> None:

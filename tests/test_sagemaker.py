@@ -13,18 +13,16 @@ from typing import AsyncIterator, Iterator
 
 import aiohttp
 import pytest
-from aiohttp import web
 
-from gateway.config import Settings
 from gateway.audio.decode import decode_mp3
 from gateway.audio.mp3 import is_whole_frames
 from bench.client import ws_stream
+from bench.servers import serve_app
 from gateway.engines import create_engine
 from gateway.engines.fake import FakeEngine
 from gateway.engines.sagemaker import SageMakerEngine, SageMakerOptions
 from gateway.errors import BadRequest, EngineError
 from tests.support.sagemaker_stub import Stub, make_invocations_app
-from gateway.segmenter import split_text
 
 from .conftest import fake_settings, free_port
 from .test_container import Container, running_container
@@ -56,12 +54,8 @@ def container() -> Iterator[Container]:
 async def stub(container: Container) -> AsyncIterator[tuple[Stub, str]]:
     """The stand-in service on a loopback port: (its state, its URL)."""
     state = Stub(container.url, endpoints=frozenset({"kokoro-tts"}))
-    runner = web.AppRunner(make_invocations_app(state))
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    yield state, f"http://127.0.0.1:{port}"
-    await runner.cleanup()
+    async with serve_app(make_invocations_app(state)) as url:
+        yield state, url
 
 
 def batch_engine(url: str, endpoint: str = "kokoro-tts") -> SageMakerEngine:
@@ -96,7 +90,7 @@ async def test_gateway_streams_speech_through_invoke_endpoint(stub: tuple[Stub, 
     assert body["engine"] == "sagemaker" and [v["id"] for v in body["voices"]] == list(VOICES)
     result = await ws_stream(http, server.ws_url, text=REPLY, options={"voice": "tone_b"})
     assert result.done is not None and result.error is None, result.events
-    segments = split_text(REPLY, first_clause_words=Settings().first_clause_words)
+    segments = ["Sure, I can help with that.", "The train leaves at nine tonight."]
     assert [s["text"] for s in result.of("sentence")] == segments
     assert state.stats.invocations == len(segments)  # one InvokeEndpoint per segment
     assert all(is_whole_frames(p) for p in result.payloads)

@@ -5,7 +5,6 @@ import dataclasses
 import hashlib
 import importlib.resources
 import json
-import time
 from pathlib import Path
 from typing import Iterator
 
@@ -307,24 +306,6 @@ def test_statistics_come_from_the_cache_the_second_time(model: Model, vocoder: S
                                    calibration=CALIBRATION[:1], cache_dir=tmp_path)
     assert third.report is not None and third.report.cached
     assert calibrate.cache_path(tmp_path, digest, other, CALIBRATION[:1]).exists()
-
-
-@pytest.mark.slow
-def test_first_chunk_latency_is_printed(model: Model, vocoder: StreamingVocoder,
-                                     capsys: pytest.CaptureFixture[str]) -> None:
-    tokens, style = inputs(model, TURN)
-    timings = {}
-    for mode in ("exact", "frozen-first"):  # the fixture's warm-up already paid first-use costs
-        t0 = time.perf_counter()
-        it = vocoder.synthesize_chunks(tokens, style, 1.0, VOICE, mode=mode)
-        first = next(it)
-        first_s = time.perf_counter() - t0
-        rest = sum(len(c) for c in it)
-        timings[mode] = (first_s, time.perf_counter() - t0, (len(first) + rest) / 24000)
-    with capsys.disabled():
-        for mode, (first_s, total_s, audio_s) in timings.items():
-            print(f"\n{mode:13s} first chunk {first_s * 1000:5.0f} ms, whole {total_s * 1000:5.0f} ms "
-                  f"for {audio_s:.2f} s of audio ({len(tokens)} tokens)")
 
 
 @pytest.mark.slow

@@ -13,6 +13,8 @@ from gateway.engines.embedded import EmbeddedEngine
 from gateway.errors import BadRequest
 from gateway.options import check_voice
 
+from .conftest import embedded_engine
+
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 RATE = 24000
 
@@ -32,10 +34,8 @@ GROUPS = [
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def engine() -> AsyncIterator[EmbeddedEngine]:
-    eng = EmbeddedEngine(Settings(embedded_vocoder="off"))
-    await eng.start()
-    yield eng
-    await eng.aclose()
+    async with embedded_engine(Settings(embedded_vocoder="off")) as eng:
+        yield eng
 
 
 async def render(engine: EmbeddedEngine, text: str, voice: str) -> np.ndarray:
