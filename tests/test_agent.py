@@ -13,9 +13,10 @@ import aiohttp
 import pytest
 
 from bench.client import sse_stream
+from bench.servers import serve_app
 from gateway.agent import create_agent
 from tests.conftest import Server, fake_settings, free_port
-from tests.support.agent_client import Talk, heard, serve, texts
+from tests.support.agent_client import Talk, heard, texts
 from tests.support.openai_stub import ChatStub, Reply
 
 KEY = "sk-test-" + secrets.token_hex(20)
@@ -27,10 +28,9 @@ HELD = 5  # tokens sent before the stand-in holds its stream: one whole sentence
 @pytest.fixture
 async def chat() -> AsyncIterator[tuple[ChatStub, str]]:
     stub = ChatStub(KEY)
-    runner, url = await serve(stub.app())
-    yield stub, url + "/v1"
-    stub.stopping.set()
-    await runner.cleanup()
+    async with serve_app(stub.app()) as url:
+        yield stub, url + "/v1"
+        stub.stopping.set()
 
 
 @pytest.fixture
@@ -162,12 +162,8 @@ async def test_an_unreachable_server_is_agent_unavailable_until_it_is_up(agent_s
     async with http.ws_connect(server.ws_url) as ws:
         talk = Talk(ws)
         assert (await talk.turn("Hello?"))[-1][1]["code"] == "agent_unavailable"
-        stub = ChatStub(KEY)
-        runner, _ = await serve(stub.app(), port)
-        try:
+        async with serve_app(ChatStub(KEY).app(), port):
             assert (await talk.turn("Hello?"))[-1][0] == "done"
-        finally:
-            await runner.cleanup()
     sse = await sse_stream(http, server.url + "/v1/stream/sse", prompt="Hi")
     assert sse.error and sse.error["code"] == "agent_unavailable"
 

@@ -9,8 +9,9 @@ import aiohttp
 import pytest
 
 from bench.client import sse_stream
+from bench.servers import serve_app
 from tests.conftest import Server, fake_settings, free_port
-from tests.support.agent_client import Talk, heard, serve, texts
+from tests.support.agent_client import Talk, heard, texts
 from tests.support.bedrock_stub import ConverseStub, Reply
 
 pytest.importorskip("boto3")
@@ -24,10 +25,9 @@ HELD = 5
 @pytest.fixture
 async def bedrock() -> AsyncIterator[tuple[ConverseStub, str]]:
     stub = ConverseStub()
-    runner, url = await serve(stub.app())
-    yield stub, url
-    stub.stopping.set()
-    await runner.cleanup()
+    async with serve_app(stub.app()) as url:
+        yield stub, url
+        stub.stopping.set()
 
 
 @pytest.fixture

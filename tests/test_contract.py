@@ -8,9 +8,9 @@ from typing import Any, AsyncIterator
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from bench.client import sse_stream
+from bench.servers import serve_app
 from gateway.batch import synthesize_pcm
 from gateway.config import Settings, load_settings, section
 from gateway.container import STREAM_PATH, make_container_app
@@ -21,7 +21,7 @@ from gateway.errors import BadRequest
 from gateway.options import parse_options
 from gateway.stream import StreamSession
 
-from .conftest import Server, fake_settings, free_port
+from .conftest import Server, fake_settings
 
 # one request fault each, and the one code every channel answers it with
 FAULTS = [
@@ -52,14 +52,8 @@ async def http_error(resp: aiohttp.ClientResponse) -> tuple[int, str]:
 async def container_url() -> AsyncIterator[str]:
     """The model container app (fake engine) on a loopback port."""
     settings = fake_settings()
-    runner = web.AppRunner(make_container_app(settings, FakeEngine(settings)))
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    async with serve_app(make_container_app(settings, FakeEngine(settings))) as url:
+        yield url
 
 
 @pytest.mark.parametrize("fault,code", FAULTS)

@@ -6,9 +6,7 @@ import json
 from typing import Any, Callable
 
 import aiohttp
-from aiohttp import web
 
-from tests.conftest import free_port
 
 
 class Talk:
@@ -59,12 +57,3 @@ def heard(events: list[tuple[str, dict[str, Any]]]) -> str:
         elif kind == "audio" and current >= 0 and said.get(current) is not None:
             out.append(said.pop(current))
     return " ".join(out)
-
-
-async def serve(app: web.Application, port: int | None = None) -> tuple[web.AppRunner, str]:
-    """Serve a stand-in on loopback; returns its runner and base URL."""
-    runner = web.AppRunner(app, handler_cancellation=True)
-    await runner.setup()
-    port = port or free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    return runner, f"http://127.0.0.1:{port}"
