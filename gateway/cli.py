@@ -16,7 +16,7 @@ from .config import Settings, load_settings
 log = logging.getLogger("gateway")
 
 SUBCOMMANDS = ("serve", "container", "synth", "bench", "loadtest", "deploy")
-BENCHES = ("engine", "quality", "overhead", "transports", "ttfb", "agent", "soak", "playback")
+BENCHES = ("engine", "quality", "overhead", "transports", "ttfb", "agent", "soak", "playback", "timestamps")
 
 
 def _common(p: argparse.ArgumentParser) -> None:

@@ -12,12 +12,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from aiohttp import web
 
 from gateway.agent import pick_reply, tokenize
 from bench import agent, overhead, ttfb
 from bench import playback as playback_bench
+from bench import timestamps as ts_bench
 from bench.common import playback, stats
 from bench.corpus import REPLIES, agent_prompts
 from bench.player import Arrival, simulate
@@ -237,3 +239,40 @@ def test_playback_bench_on_fake(tmp_path: Path) -> None:
         assert r["end_ms"] == pytest.approx(r["start_ms"] + r["audio_s"] * 1000 + r["stall_ms"], abs=1.0)
         assert r["start_vs_batch"] > 0
     assert (tmp_path / "playback.png").read_bytes()[:8] == PNG
+
+
+def test_timestamp_windows_cover_the_words_and_cut_where_told() -> None:
+    words = [{"word": w, "start_ms": 100 * i, "end_ms": 100 * i + 80} for i, w in enumerate("a b c d e f g".split())]
+    assert [[w["word"] for w in win] for win in ts_bench.windows(words)] == [["a", "b", "c"], ["d", "e", "f", "g"]]
+    assert [len(win) for win in ts_bench.windows(words[:5])] == [3, 2]
+    assert ts_bench.heard(["a", "b", "c"], ["x", "a", "c", "b"]) == 2  # in order: a then c (or b)
+    audio = np.arange(2400, dtype=np.float32)  # 100 ms at 24 kHz, sample i holds i
+    clip = ts_bench.Clip(audio, 24000, tuple(words))
+    got = ts_bench.cut(clip, [{"word": "x", "start_ms": 20, "end_ms": 50}], 10, pad_s=0.001)
+    assert got[:24].tolist() == [0.0] * 24 and got[-24:].tolist() == [0.0] * 24  # 1 ms of silence each side
+    assert got[24:-24].tolist() == audio[720:1440].tolist()  # 30..60 ms: moved by 10 ms
+    assert len(ts_bench.cut(clip, [{"word": "x", "start_ms": 90, "end_ms": 200}], 250, pad_s=0)) == 0
+
+
+@pytest.mark.slow
+async def test_timestamp_measurement_fails_when_the_times_move() -> None:
+    """The method behind ``bench timestamps`` on real speech: windows cut at the model's word
+    times are heard better than the same windows moved 250 ms either way."""
+    from gateway.config import Settings
+    from gateway.engines.embedded import EmbeddedEngine
+    from gateway.timestamps import words_of
+
+    engine = EmbeddedEngine(Settings(embedded_vocoder="exact"))
+    await engine.start()
+    try:
+        assert await engine.wait_vocoder("af_heart"), engine.vocoder_status
+        text = ts_bench.TEXTS[1]
+        clip = await ts_bench.direct_clip(engine, text, "af_heart", 1.0)
+    finally:
+        await engine.aclose()
+    assert [w["word"] for w in clip.words] == words_of(text)
+    starts = [w["start_ms"] for w in clip.words]
+    assert starts == sorted(starts) and clip.words[-1]["end_ms"] <= 1000 * len(clip.audio) / clip.rate
+    scores = await asyncio.to_thread(ts_bench.score, clip, shifts=(0, -250, 250))
+    recall = {s: scores[s]["recall"] for s in scores}
+    assert recall[-250] < recall[0] and recall[250] < recall[0], recall
