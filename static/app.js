@@ -93,7 +93,7 @@ function stop() {
     if (!live) continue;
     run.stop();
     const t = demo.transports[name];
-    if (t) run.stats.cancelSent = t.stop();
+    if (t) run.stats.cancelSent = t.stop(run.stats.cancel ? run.stats.cancel.playedMs : null);
   }
   schedule();
 }
@@ -172,12 +172,23 @@ function renderPanel(name) {
     cell.classList.toggle('bad', !!(st && BAD[key] && BAD[key](st)));
   }
   const caps = $('.captions', panel);
-  if (!st) { caps.replaceChildren(); $('.agent', panel).textContent = ''; return; }
-  while (caps.children.length < st.sentences.length) {
-    const span = document.createElement('span');
-    span.textContent = `${st.sentences[caps.children.length].text} `;
-    caps.append(span);
-  }
+  if (!st) { caps.replaceChildren(); $('.agent', panel).textContent = ''; $('.heard', panel).textContent = ''; return; }
+  renderCaptions(caps, st);
+  $('.agent', panel).textContent = st.agentText;
+  $('.heard', panel).textContent = st.cancel && st.heardText !== null
+    ? `Heard before Stop (${num(st.cancel.playedMs)} ms${st.cancel.server && typeof st.cancel.server.heard_text === 'string' ? ', as the server counts it' : ''}): ${st.heardText || '(nothing)'}` : '';
+}
+
+/** One span per sentence; once its `words` arrive, one span per word in it (karaoke). */
+function renderCaptions(caps, st) {
+  while (caps.children.length < st.sentences.length) caps.append(document.createElement('span'));
+  st.sentences.forEach((s, i) => {
+    const span = caps.children[i];
+    const words = st.words.filter((w) => w.sentence === s.index);
+    if (span.dataset.words === String(words.length)) return;
+    span.dataset.words = String(words.length);
+    span.replaceChildren(...wordNodes(s.text, words));
+  });
   let current = -1;
   st.sentences.forEach((s, i) => { if (s.playMs !== null) current = i; });
   const playing = st.state === 'playing' || st.state === 'streaming';
@@ -185,7 +196,30 @@ function renderPanel(name) {
     el.classList.toggle('now', playing && i === current);
     el.classList.toggle('said', i < current || (!playing && i <= current));
   });
-  $('.agent', panel).textContent = st.agentText;
+  for (const el of caps.querySelectorAll('.w')) {
+    const k = Number(el.dataset.index);
+    el.classList.toggle('now', playing && k === st.wordNow);
+    el.classList.toggle('said', k < st.wordNow || (!playing && k === st.wordNow));
+  }
+}
+
+/** `text` with each of `words` (as written, in order) in a span of its own. */
+function wordNodes(text, words) {
+  const out = [];
+  let at = 0;
+  for (const w of words) {
+    const i = text.indexOf(w.word, at);
+    if (i < 0) continue;
+    if (i > at) out.push(document.createTextNode(text.slice(at, i)));
+    const el = document.createElement('span');
+    el.className = 'w';
+    el.dataset.index = String(w.index);
+    el.textContent = w.word;
+    out.push(el);
+    at = i + w.word.length;
+  }
+  out.push(document.createTextNode(`${text.slice(at)} `));
+  return out;
 }
 
 const OUTCOME = { stopped: 'stopped: kept as far as it was spoken', error: 'failed' };

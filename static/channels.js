@@ -143,10 +143,13 @@ export class WsChannel {
     this.run.event(body.type, body, n + wsFrameOverhead(n));
   }
 
-  /** Barge-in: ask the server to stop; the socket stays open for the next reply. */
-  stop() {
+  /**
+   * Barge-in: ask the server to stop; the socket stays open for the next reply. `playedMs`, the
+   * player's position in the reply, lets the server say what was heard (`cancelled.heard_text`).
+   */
+  stop(playedMs = null) {
     if (this.ws && this.ws.readyState === WebSocket.OPEN) {
-      this.send({ type: 'cancel' });
+      this.send(Number.isFinite(playedMs) ? { type: 'cancel', played_ms: Math.round(playedMs) } : { type: 'cancel' });
       return true;
     }
     return false;

@@ -22,6 +22,8 @@ export function newStats(name, opts) {
     prerollMs: 0, prerollMaxMs: 0, startHeldMs: null, startPrerollMs: null, rebuffers: 0,
     sentences: [], payloads: [], agentText: '', done: null, error: null, errors: [],
     cancel: null, sampleRate: 24000,
+    // word timings (`words` events), on the reply's timeline: what plays now, what was heard
+    words: [], audioBeforeWords: 0, playedMs: 0, wordNow: -1, wordLog: [], heardText: null,
   };
 }
 
@@ -63,12 +65,15 @@ export class Run {
     } else if (type === 'sentence') {
       this.preroll(body.preroll_ms);
       st.sentences.push({ index: body.index, text: body.text, arriveMs: st.now(), mediaS: this.mediaSoFar(), playMs: null });
+    } else if (type === 'words') {
+      for (const w of body.words || []) st.words.push({ ...w, sentence: body.sentence, index: st.words.length });
     } else if (type === 'text') {
       st.agentText += body.delta;
     } else if (type === 'done') {
       this.finish(body);
     } else if (type === 'cancelled') {
-      if (st.cancel) st.cancel.cancelledMs = st.now() - st.cancel.atMs;
+      if (st.cancel) Object.assign(st.cancel, { cancelledMs: st.now() - st.cancel.atMs, server: body });
+      if (typeof body.heard_text === 'string') st.heardText = body.heard_text;
       this.end('stopped');
     } else if (type === 'error') {
       this.error(body);
@@ -98,6 +103,7 @@ export class Run {
     if (st.ttfbMs === null) st.ttfbMs = st.now();
     st.state = 'streaming';
     this.ensurePlayer();
+    if (!st.words.some((w) => w.sentence === meta.sentence)) st.audioBeforeWords += 1;
     const entry = { seq: st.audioMessages, sentence: meta.sentence, bytes: bytes.length, arriveMs: st.now(), mediaS: this.mediaSoFar(), playMs: null };
     st.payloads.push(entry);
     st.messages += 1;
@@ -154,7 +160,11 @@ export class Run {
   stop() {
     const st = this.stats;
     if (['ended', 'error'].includes(st.state)) return;
-    st.cancel = { atMs: st.now(), silentMs: null, cancelledMs: null };
+    // where playback was (ms on the reply's timeline): sent with `cancel`, and what was heard
+    const playedMs = this.player ? Math.round(this.player.mediaTime() * 1000) : 0;
+    st.playedMs = playedMs;
+    st.cancel = { atMs: st.now(), silentMs: null, cancelledMs: null, playedMs, server: null };
+    st.heardText = heardText(st.words, playedMs); // until the server says (WebSocket)
     if (this.player) this.player.stop();
     this.end('stopped');
   }
@@ -193,9 +203,33 @@ export class Run {
     const st = this.stats;
     if (st.state === 'stopped') return;
     const pos = this.player.mediaTime();
+    this.trackWords(pos * 1000, t);
     for (const list of [st.sentences, st.payloads]) {
       for (const item of list) if (item.playMs === null && pos > item.mediaS) item.playMs = t;
     }
     if (st.ended && st.state === 'playing') { st.state = 'ended'; this.onChange(); }
   }
+
+  /** The word being played: the last one that started at or before `ms`; logged on change. */
+  trackWords(ms, t) {
+    const st = this.stats;
+    st.playedMs = Math.round(ms);
+    const now = wordAt(st.words, ms);
+    if (now === st.wordNow) return;
+    st.wordNow = now;
+    if (now >= 0) st.wordLog.push({ index: now, word: st.words[now].word, playedMs: st.playedMs, atMs: t });
+    this.onChange();
+  }
+}
+
+/** Index of the last word in `words` (in order) that started at or before `ms`, or -1. */
+export function wordAt(words, ms) {
+  let found = -1;
+  for (let i = 0; i < words.length && words[i].start_ms <= ms; i++) found = i;
+  return found;
+}
+
+/** The words that started before `ms`, as the page shows what was heard (before the server's). */
+export function heardText(words, ms) {
+  return words.filter((w) => w.start_ms < ms).map((w) => w.word).join(' ');
 }

@@ -22,6 +22,7 @@ from bench.transports import (
     CHROMIUM, FINISHED_JS, launch_chromium, open_demo, payloads, play, serve, stats,
 )
 from gateway.config import load_settings
+from gateway.timestamps import words_of
 from tests.conftest import fake_settings
 
 pytestmark = [
@@ -242,6 +243,43 @@ async def test_overhead_after_barge_in_is_per_reply(page: Any) -> None:
 SLOW_TEXT = "Hello there. This engine is slower than real time. The page holds audio before it plays."
 MAX_GAP_MS = 100
 HELD_SLACK_MS = 400  # held audio passes the preroll by at most about a payload
+
+
+@pytest.mark.xfail(strict=True, reason="words events not wired yet")
+async def test_karaoke_follows_the_words_and_stop_says_what_was_heard(page: Any) -> None:
+    await play(page, "both", wait=False, text=LONG, fmt="mp3")
+    # the highlighted word moves on with playback, on both channels
+    await page.wait_for_function(
+        "() => ['sse', 'ws'].every((n) => window.demo.channels[n].wordLog.length >= 4)", timeout=20_000, polling=20)
+    shown = await page.inner_text("#panel-ws .captions .w.now")
+    await page.click("#stop")
+    await page.wait_for_function("() => window.demo.channels.ws.cancel.server !== null", timeout=5_000, polling=20)
+    runs = await stats(page)
+    for name, st in runs.items():
+        words = st["words"]
+        assert words and st["audioBeforeWords"] == 0, name  # each segment's words before its audio
+        for sentence in st["sentences"]:  # the segment's words as written, in order
+            got = [w["word"] for w in words if w["sentence"] == sentence["index"]]
+            assert got in ([], words_of(sentence["text"])), (name, sentence, got)
+        log = st["wordLog"]
+        assert [e["index"] for e in log] == sorted({e["index"] for e in log}), (name, log)
+        for e in log:  # highlighted once it had started, and not after the next one started
+            assert words[e["index"]]["start_ms"] <= e["playedMs"], (name, e)
+            after = words[e["index"] + 1:]
+            assert not after or e["playedMs"] < after[0]["start_ms"] + 100, (name, e)
+        played = st["cancel"]["playedMs"]
+        assert played >= log[-1]["playedMs"] > 0, name
+    assert shown in [w["word"] for w in runs["ws"]["words"]]
+    # the WebSocket's `cancel` carried the position; `cancelled` says what was heard up to it
+    ws = runs["ws"]
+    played = ws["cancel"]["playedMs"]
+    assert ws["cancel"]["server"]["played_ms"] == played
+    heard = ws["cancel"]["server"]["heard_text"]
+    assert words_of(heard) == [w["word"] for w in ws["words"] if w["start_ms"] < played]
+    assert ws["heardText"] == heard and heard in await page.inner_text("#panel-ws .heard")
+    # SSE has no cancel message: the page works out the same from the words it was sent
+    sse = runs["sse"]
+    assert sse["heardText"].split() == [w["word"] for w in sse["words"] if w["start_ms"] < sse["cancel"]["playedMs"]]
 
 
 def gaps_over(st: dict[str, Any], ms: float) -> list[dict[str, Any]]:
