@@ -4,11 +4,9 @@
 the pieces that are now *certainly* complete, so synthesis of a sentence starts the moment it
 ends. ``flush`` returns the rest. ``split_text`` is ``feed`` + ``flush`` on one string.
 
-Chunking invariance: every character is examined exactly once, left to right, by a small state
-machine whose decisions read only characters at or before the current one. A decision that
-needs a character not yet received is simply left pending until it arrives, so any chunking of
-the same text gives the same pieces; and feed() costs O(new text) (the buffer holds only the
-unfinished piece).
+Chunking invariance: a small state machine examines every character once, left to right, and
+reads only characters at or before it; a decision that needs one not yet received waits for it.
+So any chunking of the same text gives the same pieces, and feed() costs O(new text).
 
 How much lookahead a cut waits for (the time-to-first-audio trade-off):
 
@@ -81,10 +79,8 @@ class Segmenter:
     """Cuts streamed text into speakable pieces as soon as each is certainly complete."""
 
     def __init__(self, *, first_clause_words: int = 0, max_chars: int = 300) -> None:
-        if first_clause_words < 0:
-            raise ValueError("first_clause_words must be >= 0 (0 turns the fast path off)")
-        if max_chars < 1:
-            raise ValueError("max_chars must be >= 1")
+        if first_clause_words < 0 or max_chars < 1:
+            raise ValueError("first_clause_words must be >= 0 (0: no fast path), max_chars >= 1")
         self._first_words = first_clause_words
         self._max = max_chars
         self._emitted = False  # a piece of this reply went out: the fast path is over
@@ -111,9 +107,8 @@ class Segmenter:
         """Append ``text``; return the pieces that are now certainly complete."""
         if not text:
             return []
-        self._buf += text
         out: list[str] = []
-        buf = self._buf
+        buf = self._buf = self._buf + text
         for k in range(self._pos, len(buf)):
             self._step(k, buf[k], out)
         self._pos = len(buf)
@@ -121,11 +116,8 @@ class Segmenter:
         return out
 
     def flush(self) -> list[str]:
-        """End of input (or a client's flush): return what is buffered.
-
-        The segmenter stays usable; the fast path does not apply again (it is for the first
-        piece of the whole reply).
-        """
+        """End of input (or a client's flush): return what is buffered. The segmenter stays
+        usable; the fast path does not apply again (it is for the reply's first piece)."""
         out: list[str] = []
         self._emit(self._buf[self._start :], out)
         self._reset()
@@ -260,9 +252,8 @@ class Segmenter:
     def _split(self, k: int, out: list[str]) -> None:
         """The piece is longer than max_chars: cut its head off at the best place."""
         buf, lo = self._buf, self._content
-        q = _split_point(buf, lo, lo + self._max)
+        q = self._start = _split_point(buf, lo, lo + self._max)
         self._emit(buf[lo:q], out)  # a head of symbols only is dropped
-        self._start = q
         self._line_start = False
         while buf[q].isspace():
             q += 1  # stops at k at the latest: buf[k] is not a space
