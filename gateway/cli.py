@@ -101,16 +101,18 @@ async def serve(settings: Settings, app: web.Application, *, what: str = "gatewa
 
 
 async def synth(settings: Settings, args: argparse.Namespace) -> None:
-    from .batch import synthesize_batch
+    from . import batch
     from .engines import create_engine
     from .options import parse_options
+    from .synthesis import SynthesisHub
 
     engine = create_engine(settings)
     await engine.start()
     try:
         fmt = args.format or Path(args.output).suffix.lstrip(".") or "mp3"
         options = parse_options({"text": args.text, "voice": args.voice, "format": fmt, "speed": args.speed}, settings, engine)
-        audio = await synthesize_batch(engine, options, settings)
+        hub = SynthesisHub(engine, timeout_s=settings.synth_timeout_s)
+        audio = await batch.synthesize(hub, options, settings)
     finally:
         await engine.aclose()
     Path(args.output).write_bytes(audio)

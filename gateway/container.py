@@ -22,20 +22,18 @@ from __future__ import annotations
 import json
 import logging
 
-from aiohttp import WSMsgType, web
+from aiohttp import web
 
-from . import http
+from . import batch, http
 from .app import _engine_lifecycle, build_gateway, errors_middleware
 from .audio.encoders import CONTENT_TYPES
-from .batch import synthesize_batch
 from .config import Settings
 from .engines import create_engine
 from .engines.base import Engine
-from .errors import BadRequest, GatewayError
+from .errors import BadRequest
 from .options import parse_options
 from .state import GATEWAY
-from .transports.ws import WsChannel, close_code_for
-from .transports.ws_input import Fatal
+from .transports.ws import WsChannel, serve_socket
 
 log = logging.getLogger(__name__)
 
@@ -47,36 +45,10 @@ class ContainerChannel(WsChannel):
     """The unified channel with the container's differences: binary control frames, no rate
     limit (the sidecar or gateway in front of it is the client), and sockets that outlive a reply."""
 
-    async def run(self) -> None:
-        async for msg in self.ws:
-            if msg.type == WSMsgType.TEXT:
-                await self.on_text(msg.data)
-            elif msg.type == WSMsgType.BINARY:
-                try:
-                    text = bytes(msg.data).decode("utf-8")
-                except UnicodeDecodeError:
-                    await self.send_error(BadRequest("binary frames must hold UTF-8 JSON", code="invalid_json"))
-                    continue
-                await self.on_text(text)
-            if self.ws.closed:
-                break
-
-    async def handle(self, msg: dict[str, object]) -> None:
-        if self.session is not None and self.session.finished:
-            await self._end_reply()
-        await super().handle(msg)
-
-    async def finish(self, last: str) -> None:
-        # after ``done`` the socket stays open for the next reply; errors still close it
-        if last != "done":
-            await super().finish(last)
-
-    async def _end_reply(self) -> None:
-        """Forget the finished session so that the next message opens a fresh one."""
-        old, self.session, self.writer = self.session, None, None
-        self.audio_wire = self.total_wire = self.text_chars = 0
-        if old is not None:
-            await old.aclose()
+    name = CHANNEL
+    binary_control = True
+    rate_limited = False
+    keeps_socket = True
 
 
 async def ping(request: web.Request) -> web.Response:
@@ -98,7 +70,7 @@ async def invocations(request: web.Request) -> web.Response:
     fields.pop("chunking", None)
     await gw.wait_ready()  # voices are known once the engine has loaded
     options = parse_options(fields, gw.settings, gw.engine)
-    audio = await synthesize_batch(gw.engine, options, gw.settings)
+    audio = await batch.synthesize(gw.hub, options, gw.settings)
     return web.Response(body=audio, headers={"Content-Type": CONTENT_TYPES[options.format]})
 
 
@@ -116,28 +88,9 @@ async def _invocation_body(request: web.Request) -> dict[str, object]:
 
 
 async def stream(request: web.Request) -> web.WebSocketResponse:
-    gw = request.app[GATEWAY]
     # no server heartbeat: the sidecar pings every 60 s and autoping answers; pooled idle
     # client sockets do not read, so they could not answer pings of ours
-    ws = web.WebSocketResponse(max_msg_size=gw.settings.ws_max_message_bytes, autoping=True, compress=False)
-    await ws.prepare(request)
-    channel = ContainerChannel(ws, gw, request)
-    gw.channels.add(channel)
-    gw.metrics.sessions.labels(CHANNEL).inc()
-    gw.metrics.active.labels(CHANNEL).inc()
-    try:
-        await channel.run()
-    except Fatal as exc:
-        await channel.send_error(exc.error)
-        await channel.close(exc.close_code, exc.code)
-    except GatewayError as exc:
-        await channel.send_error(exc)
-        await channel.close(close_code_for(exc), exc.code)
-    finally:
-        gw.channels.discard(channel)
-        gw.metrics.active.labels(CHANNEL).dec()
-        await channel.aclose()  # a client that went away stops its synthesis here
-    return ws
+    return await serve_socket(request, ContainerChannel, autoping=True)
 
 
 def make_container_app(settings: Settings, engine: Engine | None = None) -> web.Application:

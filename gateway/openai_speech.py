@@ -14,11 +14,10 @@
 """
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
-import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -27,13 +26,12 @@ from aiohttp import web
 from .audio.containers import CONTAINERS, ContainerEncoder, encode_whole
 from .audio.encoders import CONTENT_TYPES, Encoder, encode_all, make_encoder
 from .audio.info import add_info_frame
-from .batch import synthesize_pcm
+from . import batch
 from .config import Settings
 from .engines.base import Engine
-from .errors import BadRequest, EngineTimeout, GatewayError
+from .errors import BadRequest, GatewayError
 from .options import StreamOptions, parse_bool, parse_options
-from .segmenter import split_text
-from .state import GATEWAY
+from .state import GATEWAY, Gateway
 from .voicecatalog import OPENAI_VOICES
 
 log = logging.getLogger(__name__)
@@ -129,34 +127,21 @@ def encode_reply(req: SpeechRequest, pcm: bytes, sample_rate: int) -> bytes:
     return audio
 
 
-async def _stream(request: web.Request, req: SpeechRequest, engine: Engine, settings: Settings,
+async def _stream(request: web.Request, req: SpeechRequest, gw: Gateway,
                   headers: dict[str, str]) -> web.StreamResponse:
-    """Each sentence's audio written as soon as it is encoded (chunked transfer)."""
+    """Each sentence's audio written as soon as it is encoded (chunked transfer), from the
+    same pipeline as the streaming channels: a listener's schedule, shared synthesis, the cache."""
     response = web.StreamResponse(headers=headers)
     response.enable_chunked_encoding()
     await response.prepare(request)
-    encoder = _encoder(_ENCODER_FORMAT[req.response_format], req.options, engine.sample_rate)
-    started, produced_s = time.perf_counter(), 0.0
+    fmt = _ENCODER_FORMAT[req.response_format]
+    options = dataclasses.replace(req.options, format=fmt)  # the packetizer cuts by this format
+    audio = batch.drain(gw.hub, options, gw.settings, live=True,
+                        encoder=lambda: _encoder(fmt, req.options, gw.engine.sample_rate))
     try:
-        for segment in split_text(req.options.text, max_chars=settings.max_segment_chars):
-            ahead = max(0.0, produced_s - (time.perf_counter() - started))  # what the listener holds
-            synth = engine.synthesize(segment, voice=req.options.voice, speed=req.options.speed,
-                                      buffered_s=ahead)
-            async with contextlib.aclosing(synth) as chunks:
-                while True:
-                    try:
-                        async with asyncio.timeout(settings.synth_timeout_s):
-                            pcm = await anext(chunks)
-                    except StopAsyncIteration:
-                        break
-                    except TimeoutError:
-                        raise EngineTimeout(f"the engine produced no audio for "
-                                            f"{settings.synth_timeout_s:g} s") from None
-                    produced_s += len(pcm) / 2 / engine.sample_rate
-                    if data := encoder.encode(pcm):
-                        await response.write(data)
-        if data := encoder.flush():
-            await response.write(data)
+        async with contextlib.aclosing(audio) as payloads:
+            async for data in payloads:
+                await response.write(data)
     except GatewayError as exc:
         # the status is sent: end the connection without the last chunk, so the client sees
         # a truncated reply rather than a short one that looks whole
@@ -179,6 +164,6 @@ async def speech(request: web.Request) -> web.StreamResponse:
     headers = {"Content-Type": req.content_type, "X-Speed-Applied": f"{req.options.speed:g}",
                "X-Voice": req.options.voice}
     if req.stream:
-        return await _stream(request, req, gw.engine, gw.settings, headers)
-    pcm = await synthesize_pcm(gw.engine, req.options, gw.settings)
+        return await _stream(request, req, gw, headers)
+    pcm = await batch.synthesize_pcm(gw.hub, req.options, gw.settings)
     return web.Response(body=encode_reply(req, pcm, gw.engine.sample_rate), headers=headers)

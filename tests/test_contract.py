@@ -20,6 +20,7 @@ from gateway.engines.sagemaker import SageMakerEngine, SageMakerOptions
 from gateway.errors import BadRequest
 from gateway.options import parse_options
 from gateway.stream import StreamSession
+from gateway.synthesis import SynthesisHub
 
 from .conftest import Server, fake_settings
 
@@ -155,7 +156,7 @@ async def test_the_core_reads_no_engine_setting_and_takes_the_default_mode_from_
         await session.aclose()
     assert events[-1].type == "done", events[-1]
     assert engine.modes and set(engine.modes) == {"frozen"}
-    pcm = await synthesize_pcm(engine, options, core)  # type: ignore[arg-type]
+    pcm = await synthesize_pcm(SynthesisHub(engine), options, core)  # type: ignore[arg-type]
     assert abs(len(pcm) / 2 / 24000 - fake_duration_s("Hello there.") - fake_duration_s("How are you?")) < 0.01
     assert engine.modes[-1] == "exact"  # batch: nobody is waiting, so the whole model
 

@@ -9,13 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PRODUCT_MAX_LINES = 300  # gateway/**
 OTHER_MAX_LINES = 400  # bench, tests, run_gateway.py
-# product modules still over the limit while issue 15's engine and pipeline work is under way
-PRODUCT_OVER = "gateway/segmenter.py, gateway/stream.py"
 
 
 def module_files() -> dict[str, Path]:
@@ -159,8 +156,6 @@ def test_tooling_modules_are_at_most_400_lines() -> None:
     assert line_counts(paths, OTHER_MAX_LINES) == {}
 
 
-@pytest.mark.xfail(strict=True, reason=f"over {PRODUCT_MAX_LINES} lines until issue 15's engine and "
-                                       f"pipeline branches land: {PRODUCT_OVER}")
 def test_product_modules_are_at_most_300_lines() -> None:
     over = line_counts(list((ROOT / "gateway").rglob("*.py")), PRODUCT_MAX_LINES)
     assert over == {}, f"product modules over {PRODUCT_MAX_LINES} lines: {over}"

@@ -14,10 +14,10 @@ from aiohttp import web
 from aiohttp_sse import EventSourceResponse, sse_response
 
 from ..errors import BadRequest
-from ..options import parse_options
 from ..security import check_origin
 from ..state import GATEWAY
 from ..stream import Event, StreamSession
+from .channel import Channel
 
 
 class CountingEventSource(EventSourceResponse):
@@ -44,62 +44,48 @@ async def _request_fields(request: web.Request) -> dict[str, Any]:
     return fields
 
 
+class SseChannel(Channel):
+    """The SSE channel: every event one SSE event of JSON, audio as base64 in ``data``."""
+
+    name = "sse"
+    resp: CountingEventSource
+
+    async def write(self, event: Event) -> int:
+        fields = event.fields
+        if event.type == "audio":
+            fields = {**fields, "data": base64.b64encode(event.audio).decode("ascii")}
+        before = self.resp.wire_bytes
+        await self.resp.send(json.dumps(fields), event=event.type)
+        return self.resp.wire_bytes - before
+
+
 async def handle_sse(request: web.Request) -> web.StreamResponse:
     gw = request.app[GATEWAY]
     check_origin(request, gw.settings)
+    channel = SseChannel(gw)
     # validation errors are plain HTTP errors: nothing has been streamed yet
-    fields = await _request_fields(request)
-    await gw.wait_ready()  # voices are known once the engine has loaded
-    options = parse_options(fields, gw.settings, gw.engine)
+    options = await channel.options_for(await _request_fields(request))
     if not (options.text.strip() or options.prompt.strip()):
         raise BadRequest("give `text` or `prompt`", code="empty_input")
     async with gw.admission.session(request.remote or "?"):  # 503 + Retry-After when full
-        session = StreamSession(gw.engine, options, gw.settings, agent=gw.agent, metrics=gw.metrics, hub=gw.hub)
-        m = gw.metrics
-        m.sessions.labels("sse").inc()
-        m.active.labels("sse").inc()
+        session = channel.new_session(options)
         try:
-            async with sse_response(request, response_cls=CountingEventSource, allow_all_methods=True) as resp:
-                await _stream(session, resp)
+            with channel.counted():
+                async with sse_response(request, response_cls=CountingEventSource, allow_all_methods=True) as resp:
+                    channel.resp = resp
+                    await _stream(session, channel)
             return resp
         except ConnectionError:
             return web.Response(status=499)  # the client went away; nothing more to send
         finally:
-            m.active.labels("sse").dec()
             await session.aclose()  # a client that went away stops its synthesis here
 
 
-async def _stream(session: StreamSession, resp: CountingEventSource) -> None:
-    gw_metrics = session.metrics
-    await resp.send(json.dumps(session.ready_fields()), event="ready")
+async def _stream(session: StreamSession, channel: SseChannel) -> None:
+    await channel.send(Event("ready", session.ready_fields()))
     if session.options.prompt:
         session.push_prompt(session.options.prompt)
     else:
         session.push_text(session.options.text)
         session.end()
-    audio_wire = 0
-    async for event in session.events():
-        before = resp.wire_bytes
-        await resp.send(json.dumps(_fields(event, audio_wire, resp.wire_bytes)), event=event.type)
-        if event.type == "audio":
-            audio_wire += resp.wire_bytes - before
-        if gw_metrics is not None:
-            _observe(gw_metrics, event, resp.wire_bytes - before)
-
-
-def _fields(event: Event, audio_wire: int, total_wire: int) -> dict[str, Any]:
-    if event.type == "audio":
-        return {**event.fields, "data": base64.b64encode(event.audio).decode("ascii")}
-    if event.type == "done":
-        return {**event.fields, "wire_bytes": audio_wire, "wire_bytes_total": total_wire, "channel": "sse"}
-    return event.fields
-
-
-def _observe(m: Any, event: Event, wire: int) -> None:
-    if event.type == "audio":
-        m.bytes.labels("sse", "audio").inc(len(event.audio))
-        m.bytes.labels("sse", "wire").inc(wire)
-    elif event.type == "error":
-        m.errors.labels("sse", event.fields.get("code", "error")).inc()
-    elif event.type == "done" and event.fields.get("ttfb_ms") is not None:
-        m.ttfb.labels("sse").observe(event.fields["ttfb_ms"] / 1000)
+    await channel.pump(session)

@@ -25,6 +25,7 @@ from ..errors import BadRequest, GatewayError, PayloadTooLarge
 from ..security import check_origin
 from ..state import GATEWAY, Gateway
 from ..stream import Event, StreamSession
+from .channel import Channel
 from .ws_input import Fatal, RateLimiter, validate_message
 
 log = logging.getLogger(__name__)
@@ -34,27 +35,30 @@ def frame_overhead(n: int) -> int:
     return 2 if n < 126 else 4 if n < 65536 else 10
 
 
-class WsChannel:
+class WsChannel(Channel):
+    """The browser's socket. Subclasses change its class attributes: ``binary_control`` (a
+    binary frame holds UTF-8 JSON control), ``rate_limited``, ``keeps_socket`` (``done`` leaves
+    the socket open for the next reply)."""
+
+    name = "ws"
+    binary_control = False
+    rate_limited = True
+    keeps_socket = False
+
     def __init__(self, ws: web.WebSocketResponse, gw: Gateway, request: web.Request) -> None:
-        self.ws, self.gw, self.request = ws, gw, request
+        super().__init__(gw)
+        self.ws, self.request = ws, request
         self.query = dict(request.query)
-        self.session: StreamSession | None = None
         self.writer: asyncio.Task[None] | None = None
         self.msgpack = self.query.get("envelope", "json") == "msgpack"
         self.lock = asyncio.Lock()
         self.limiter = RateLimiter(gw.settings.ws_messages_per_s, gw.settings.ws_burst)
-        self.audio_wire = 0
-        self.total_wire = 0
         self.text_chars = 0  # text received in the current reply
-        self.finished: asyncio.Future[None] | None = None  # set when the pump has closed the session
+        self.finished: asyncio.Future[None] | None = None  # set when the socket is done for
         self.closing = False  # we started the close handshake
-        # label lookups once per session, not per payload (2-4% of CPU at 1,000 sessions)
-        self._audio_bytes = gw.metrics.bytes.labels("ws", "audio")
-        self._wire_bytes = gw.metrics.bytes.labels("ws", "wire")
 
     # -- sending ------------------------------------------------------------------------
-    async def send_event(self, event: Event) -> int:
-        """Send one event; return the bytes it took on the wire."""
+    async def write(self, event: Event) -> int:
         if self.msgpack:
             body = {"type": event.type, **event.fields}
             if event.type == "audio":
@@ -66,9 +70,7 @@ class WsChannel:
             data = json.dumps({"type": event.type, **event.fields})
         size = len(data) if isinstance(data, bytes) else len(data.encode())
         await self._send(data)
-        wire = size + frame_overhead(size)
-        self.total_wire += wire
-        return wire
+        return size + frame_overhead(size)
 
     async def _send(self, data: bytes | str) -> None:
         transport = self.request.transport
@@ -86,9 +88,9 @@ class WsChannel:
                 raise Fatal(WSCloseCode.POLICY_VIOLATION, "slow_client", "client stopped reading") from None
 
     async def send_error(self, exc: GatewayError) -> None:
-        self.gw.metrics.errors.labels("ws", exc.code).inc()
+        self.gw.metrics.errors.labels(self.name, exc.code).inc()
         with contextlib.suppress(ConnectionError, Fatal, RuntimeError):
-            await self.send_event(Event("error", exc.to_dict()))
+            await self.send(Event("error", exc.to_dict()))
 
     async def close(self, code: int, message: str = "") -> None:
         if self.ws.closed:
@@ -102,67 +104,45 @@ class WsChannel:
                 self.request.transport.abort()  # a client that won't take a close frame is cut off
 
     # -- the session's events -> the wire -----------------------------------------------
-    async def pump(self, session: StreamSession) -> None:
-        last = ""
+    async def _pump(self, session: StreamSession) -> None:
+        keep = False
         try:
-            async for event in session.events():
-                last = event.type
-                if event.type == "done":
-                    event = Event("done", {**event.fields, "wire_bytes": self.audio_wire,
-                                           "wire_bytes_total": self.total_wire, "channel": "ws"})
-                    if event.fields.get("ttfb_ms") is not None:
-                        self.gw.metrics.ttfb.labels("ws").observe(event.fields["ttfb_ms"] / 1000)
-                wire = await self.send_event(event)
-                self._observe(event, wire)
-                if event.type == "cancelled":  # byte accounting is per reply
-                    self.audio_wire = self.total_wire = 0
-            await self.finish(session.outcome or last)
+            last = await self.pump(session)
+            last = session.outcome or last  # a conversation's turns end in done and error alike
+            keep = last == "done" and self.keeps_socket
+            if not keep:  # done: a normal close; error: the session cannot go on
+                await self.close(WSCloseCode.OK if last == "done" else WSCloseCode.INTERNAL_ERROR)
         except Fatal as exc:  # too slow to read: no error event can reach it, just the close
-            self.gw.metrics.errors.labels("ws", exc.code).inc()
+            self.gw.metrics.errors.labels(self.name, exc.code).inc()
             await self.close(exc.close_code, exc.code)
             if self.request.transport is not None:
                 self.request.transport.abort()  # drop what it never read
         except ConnectionError:
             pass
         finally:
-            if self.finished is not None and not self.finished.done():
+            if not keep and self.finished is not None and not self.finished.done():
                 self.finished.set_result(None)
 
-    async def finish(self, last: str) -> None:
-        """The reply ended. done: a normal close; error: the session cannot go on."""
-        await self.close(WSCloseCode.OK if last == "done" else WSCloseCode.INTERNAL_ERROR)
-
-    def _observe(self, event: Event, wire: int) -> None:
-        if event.type == "audio":
-            self.audio_wire += wire
-            self._audio_bytes.inc(len(event.audio))
-            self._wire_bytes.inc(wire)
-        elif event.type == "error":
-            self.gw.metrics.errors.labels("ws", str(event.fields.get("code"))).inc()
-
     # -- the client's messages -> the session -------------------------------------------
-    async def open_session(self, fields: dict[str, Any]) -> StreamSession:
-        from ..options import parse_options
-
-        await self.gw.wait_ready()  # voices are known once the engine has loaded
-        options = parse_options({**self.query, **fields}, self.gw.settings, self.gw.engine)
-        session = StreamSession(self.gw.engine, options, self.gw.settings, agent=self.gw.agent, metrics=self.gw.metrics,
-                                hub=self.gw.hub)
-        self.msgpack = options.envelope == "msgpack"
+    async def start_session(self, fields: dict[str, Any]) -> StreamSession:
+        session = self.new_session(await self.options_for({**self.query, **fields}))
+        self.msgpack = session.options.envelope == "msgpack"
         session.multi_turn = True  # each `prompt` is a turn; the socket stays open until `end`
         self.session = session
-        await self.send_event(Event("ready", session.ready_fields()))
-        self.writer = asyncio.create_task(self.pump(session))
+        await self.send(Event("ready", session.ready_fields()))
+        self.writer = asyncio.create_task(self._pump(session))
         return session
 
     async def handle(self, msg: dict[str, Any]) -> None:
+        if self.keeps_socket and self.session is not None and self.session.finished:
+            await self._end_reply()  # the next reply on a socket that outlives one
         kind = validate_message(msg, self.gw.settings)
         if kind == "start":
             if self.session is not None:
                 raise BadRequest("the session has already started", code="already_started")
-            await self.open_session({k: v for k, v in msg.items() if k != "type"})
+            await self.start_session({k: v for k, v in msg.items() if k != "type"})
             return
-        session = self.session or await self.open_session({})
+        session = self.session or await self.start_session({})
         if kind == "text":
             self.text_chars += len(msg["text"])
             if self.text_chars > self.gw.settings.max_text_chars:
@@ -177,6 +157,14 @@ class WsChannel:
         elif kind == "cancel":
             self.text_chars = 0
             await session.cancel()
+
+    async def _end_reply(self) -> None:
+        """Forget the finished session so that the next message opens a fresh one."""
+        old, self.session, self.writer = self.session, None, None
+        self.reset_counts()
+        self.text_chars = 0
+        if old is not None:
+            await old.aclose()
 
     async def serve(self) -> None:
         """Read the client until it leaves or the session ends (the pump closed the socket).
@@ -198,15 +186,27 @@ class WsChannel:
 
     async def run(self) -> None:
         async for msg in self.ws:
-            if not self.limiter.allow(time.monotonic()):
+            if self.rate_limited and not self.limiter.allow(time.monotonic()):
                 raise Fatal(WSCloseCode.POLICY_VIOLATION, "rate_limited",
                             f"more than {self.gw.settings.ws_messages_per_s:g} messages a second")
             if msg.type == WSMsgType.TEXT:
                 await self.on_text(msg.data)
             elif msg.type == WSMsgType.BINARY:
-                await self.send_error(BadRequest("binary frames are not accepted; send JSON text frames", code="binary_not_supported"))
+                await self.on_binary(bytes(msg.data))
             if self.ws.closed:
                 break
+
+    async def on_binary(self, data: bytes) -> None:
+        if not self.binary_control:
+            await self.send_error(BadRequest("binary frames are not accepted; send JSON text frames",
+                                             code="binary_not_supported"))
+            return
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            await self.send_error(BadRequest("binary frames must hold UTF-8 JSON", code="invalid_json"))
+            return
+        await self.on_text(text)
 
     async def on_text(self, data: str) -> None:
         try:
@@ -233,29 +233,32 @@ class WsChannel:
             await self.session.aclose()
 
 
-async def handle_ws(request: web.Request) -> web.WebSocketResponse:
+async def serve_socket(request: web.Request, channel_cls: type[WsChannel], **ws_options: Any) -> web.WebSocketResponse:
+    """Run one socket of ``channel_cls``: the browser's and the model container's alike."""
     gw = request.app[GATEWAY]
-    check_origin(request, gw.settings)  # before the upgrade: a plain 403
-    ws = web.WebSocketResponse(max_msg_size=gw.settings.ws_max_message_bytes, heartbeat=30.0, compress=False)
+    ws = web.WebSocketResponse(max_msg_size=gw.settings.ws_max_message_bytes, compress=False, **ws_options)
     await ws.prepare(request)
-    channel = WsChannel(ws, gw, request)
+    channel = channel_cls(ws, gw, request)
     gw.channels.add(channel)
-    gw.metrics.sessions.labels("ws").inc()
-    gw.metrics.active.labels("ws").inc()
-    try:
-        async with gw.admission.session(request.remote or "?"):
-            await channel.serve()
-    except Fatal as exc:
-        await channel.send_error(exc.error)
-        await channel.close(exc.close_code, exc.code)
-    except GatewayError as exc:  # overloaded, shutting down, not ready, too many sessions
-        await channel.send_error(exc)
-        await channel.close(close_code_for(exc), exc.code)
-    finally:
-        gw.channels.discard(channel)
-        gw.metrics.active.labels("ws").dec()
-        await channel.aclose()  # a client that went away stops its synthesis here
+    with channel.counted():
+        try:
+            async with gw.admission.session(request.remote or "?"):
+                await channel.serve()
+        except Fatal as exc:
+            await channel.send_error(exc.error)
+            await channel.close(exc.close_code, exc.code)
+        except GatewayError as exc:  # overloaded, shutting down, not ready, too many sessions
+            await channel.send_error(exc)
+            await channel.close(close_code_for(exc), exc.code)
+        finally:
+            gw.channels.discard(channel)
+            await channel.aclose()  # a client that went away stops its synthesis here
     return ws
+
+
+async def handle_ws(request: web.Request) -> web.WebSocketResponse:
+    check_origin(request, request.app[GATEWAY].settings)  # before the upgrade: a plain 403
+    return await serve_socket(request, WsChannel, heartbeat=30.0)
 
 
 def close_code_for(exc: GatewayError) -> int:

@@ -1,0 +1,230 @@
+"""One reply as a pipeline: segmenter -> synthesis -> encoder -> channel.
+
+::
+
+    feed() -> Segmenter --texts--> synthesis stage --ready--> encoder stage --out--> channel
+                                   (SynthesisHub)             (one Encoder,         (WebSocket, SSE,
+                                                               Packetizer)           container, batch)
+
+Each stage is one task; each link is a queue, and the backpressure is the queues' own:
+
+* ``texts``: segments cut and not yet started. Unbounded on purpose: the reply's text is
+  bounded (``max_text_chars``), and the socket reader that feeds it must never wait, or a
+  ``cancel`` behind it could not get through.
+* ``ready``: one entry per segment, put before its synthesis starts, at most ``lookahead`` of
+  them: synthesis runs that many segments ahead of the one being encoded, no more. An entry is
+  the segment's own queue: its ``sentence`` event, then its PCM chunks as the hub yields them
+  (bounded by the segment's length), then ``None`` (or the exception that ended it).
+* ``out``: events for the channel (``OUT_EVENTS`` at most), which marks each one done once it
+  has sent it. The encoder encodes a chunk only when the channel has sent everything before
+  it (``out.join()``), so a reply's first 100 ms reach the wire before the rest of its first
+  chunk is encoded, and a client that stops reading stops the encoder, which stops taking
+  segments, which stops synthesis.
+
+The first segment makes no extra wait: each hop hands on a single item as soon as it exists.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .audio.encoders import Encoder, make_encoder
+from .config import Settings
+from .errors import GatewayError
+from .listener import Listener
+from .options import StreamOptions
+from .payloads import Packetizer
+from .segmenter import Segmenter
+from .synthesis import SynthesisHub
+
+log = logging.getLogger(__name__)
+
+OUT_EVENTS = 8  # events between the encoder and the channel
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One core event. ``fields`` is what JSON carries; ``audio`` holds an audio payload."""
+
+    type: str
+    fields: dict[str, Any] = field(default_factory=dict)
+    audio: bytes = b""
+    cause: BaseException | None = None  # an ``error``'s exception, for an edge that raises it
+
+
+SegmentQueue = asyncio.Queue  # of Event (its sentence), bytes (PCM), then None or an exception
+
+
+def error_event(exc: BaseException) -> Event:
+    if isinstance(exc, GatewayError):
+        return Event("error", exc.to_dict(), cause=exc)
+    log.error("synthesis failed", exc_info=exc)
+    return Event("error", {"code": "internal_error", "message": "synthesis failed"}, cause=exc)
+
+
+class Pipeline:
+    """One reply. ``feed``/``flush``/``end`` put text in; its events come out of ``out``."""
+
+    def __init__(self, hub: SynthesisHub, settings: Settings, options: StreamOptions,
+                 out: asyncio.Queue[Event], *, requested: str | None, live: bool = True,
+                 encoder: Callable[[], Encoder] | None = None) -> None:
+        s, o = settings, options
+        self.hub, self.settings, self.options, self.out = hub, settings, options, out
+        self.sample_rate = hub.engine.sample_rate
+        self.segmenter = Segmenter(first_clause_words=s.first_clause_words if o.first_clause else 0,
+                                   max_chars=s.max_segment_chars)
+        self.listener = Listener(hub.speed, s, o, requested=requested, sample_rate=self.sample_rate, live=live)
+        self.texts: asyncio.Queue[str | None] = asyncio.Queue()
+        self.pending: collections.deque[str] = collections.deque()  # in `texts`, for the forecast
+        self.ready: asyncio.Queue[SegmentQueue | None] = asyncio.Queue(maxsize=max(1, s.lookahead))
+        self.encoder = encoder() if encoder else make_encoder(o.format, sample_rate=self.sample_rate,
+                                                              bitrate=o.bitrate)
+        self.packer = Packetizer(o.format, chunk_bytes=o.chunk_bytes, frames_per_payload=s.frames_per_payload)
+        self.ended = False
+        self.t_input: float | None = None  # first input of this reply
+        self.stats = {"sentences": 0, "audio_bytes": 0, "payloads": 0}
+        self.ttfb_ms: float | None = None
+        self.first_segment_ms: float | None = None
+        self.tasks: list[asyncio.Task[None]] = [asyncio.create_task(self._synthesis_stage()),
+                                                asyncio.create_task(self._encoder_stage())]
+
+    # -- input: the segmenter -------------------------------------------------------------
+    def feed(self, text: str) -> None:
+        self.mark_input()
+        self._add(self.segmenter.feed(text))
+
+    def flush(self) -> None:
+        self.mark_input()
+        self._add(self.segmenter.flush())
+
+    def end(self) -> None:
+        self.flush()
+        self.ended = True
+        self.texts.put_nowait(None)
+
+    def mark_input(self) -> None:
+        if self.t_input is None:
+            self.t_input = time.perf_counter()
+
+    def _add(self, pieces: list[str]) -> None:
+        for piece in pieces:
+            if self.first_segment_ms is None:
+                self.first_segment_ms = self.elapsed_ms()
+            self.pending.append(piece)
+            self.texts.put_nowait(piece)
+
+    def elapsed_ms(self) -> float:
+        return round((time.perf_counter() - (self.t_input or time.perf_counter())) * 1000, 1)
+
+    # -- synthesis ------------------------------------------------------------------------
+    async def _synthesis_stage(self) -> None:
+        segment: SegmentQueue | None = None
+        try:
+            index = 0
+            while (text := await self.texts.get()) is not None:
+                segment = SegmentQueue()
+                await self.ready.put(segment)  # waits while `lookahead` segments are queued
+                await self.listener.wait(self.pending)
+                self.pending.popleft()
+                await self._synthesize(segment, index, text)
+                segment, index = None, index + 1
+            await self.ready.put(None)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # reaches the channel after the audio made before it
+            if segment is None:
+                segment = SegmentQueue()
+                await self.ready.put(segment)
+            segment.put_nowait(exc)
+
+    async def _synthesize(self, segment: SegmentQueue, index: int, text: str) -> None:
+        o, listener = self.options, self.listener
+        mode = listener.mode_for(text)
+        segment.put_nowait(Event("sentence", {"index": index, "text": text, "t_ms": self.elapsed_ms(),
+                                              "preroll_ms": listener.preroll_ms(self._forecast_texts(text), mode)}))
+        synth = self.hub.synthesize(text, voice=o.voice, speed=o.speed, mode=mode,
+                                    key_mode=listener.requested or "", buffered_s=listener.buffered_s(),
+                                    share=o.cache)
+        async with contextlib.aclosing(synth) as chunks:
+            async for pcm in chunks:
+                listener.made(len(pcm) // 2)
+                segment.put_nowait(pcm)
+        segment.put_nowait(None)
+
+    def _forecast_texts(self, current: str | None) -> list[str]:
+        texts = [current] if current else []
+        texts += list(self.pending)
+        if not self.ended and (rest := self.segmenter.pending):
+            texts.append(rest)
+        return texts
+
+    # -- encoding ---------------------------------------------------------------------------
+    async def _encoder_stage(self) -> None:
+        try:
+            await self._encode_segments()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            await self.out.put(error_event(exc))
+
+    async def _encode_segments(self) -> None:
+        index = 0
+        while (segment := await self.ready.get()) is not None:
+            while (item := await segment.get()) is not None:
+                if isinstance(item, BaseException):
+                    await self.out.put(error_event(item))
+                    return
+                if isinstance(item, Event):  # the segment's `sentence`
+                    await self.out.put(item)
+                    continue
+                await self._encode(item, index)
+            index += 1
+        await self._emit(self.packer.push(self.encoder.flush()) + self.packer.flush(), max(0, index - 1))
+        self.stats["sentences"] = index
+        await self.out.put(Event("done", self._done_fields()))
+
+    async def _encode(self, pcm: bytes, index: int) -> None:
+        head = self.sample_rate // 10 * 2  # 100 ms of s16 samples
+        if self.ttfb_ms is None and len(pcm) > 2 * head:
+            # a reply's first 100 ms go out before the rest of its first chunk is encoded
+            # (a whole sentence takes 10-20 ms to encode: bench overhead)
+            await self._emit(self.packer.push(self.encoder.encode(pcm[:head])), index)
+            await self.out.join()
+            pcm = pcm[head:]
+        await self._emit(self.packer.push(self.encoder.encode(pcm)), index)
+        await self.out.join()  # the channel has sent it all: encode on demand, never ahead
+
+    async def _emit(self, payloads: list[bytes], sentence: int) -> None:
+        for payload in payloads:
+            if self.ttfb_ms is None:
+                self.ttfb_ms = self.elapsed_ms()
+                self.listener.first_audio()
+            fields = {"seq": self.stats["payloads"], "sentence": sentence, "t_ms": self.elapsed_ms()}
+            self.stats["payloads"] += 1
+            self.stats["audio_bytes"] += len(payload)
+            await self.out.put(Event("audio", fields, payload))
+
+    def _done_fields(self) -> dict[str, Any]:
+        st = self.stats
+        return {
+            "sentences": st["sentences"],
+            "audio_ms": round(self.listener.samples / self.sample_rate * 1000, 1),
+            "audio_bytes": st["audio_bytes"],
+            "payloads": st["payloads"],
+            "ttfb_ms": self.ttfb_ms,
+            "first_segment_ms": self.first_segment_ms,
+            "total_ms": self.elapsed_ms(),
+        }
+
+    async def stop(self) -> None:
+        """Stop every stage (the hub stops an engine call nobody else follows)."""
+        for task in self.tasks:
+            task.cancel()
+        for task in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
