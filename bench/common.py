@@ -94,7 +94,7 @@ async def post_speech(http: aiohttp.ClientSession, url: str, text: str, t0: floa
                       **fields: Any) -> Batch:
     """``POST /v1/audio/speech`` (the batch baseline), timed from ``t0`` (default: now)."""
     t0 = time.perf_counter() if t0 is None else t0
-    body = {"model": "kokoro", "input": text, **fields}
+    body = {"model": "kokoro", "input": text, "cache": False, **fields}  # each run synthesizes afresh
     async with http.post(url, json=body) as resp:
         if resp.status != 200:
             raise RuntimeError(f"POST {url} -> {resp.status}: {await resp.text()}")

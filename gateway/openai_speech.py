@@ -102,7 +102,7 @@ def parse_speech(body: Any, settings: Settings, engine: Engine) -> SpeechRequest
         raise BadRequest("stream_format must be 'audio' (raw audio, chunked); 'sse' is not "
                          "offered here: use /v1/stream/sse", code="invalid_option")
     fields = {"text": text, "voice": _voice(body, engine), "speed": _speed(body, engine), "format": "pcm"}
-    for name in ("bitrate", "vocoder"):  # the gateway's own options, as on the other routes
+    for name in ("bitrate", "vocoder", "cache"):  # the gateway's own options, as on the other routes
         if name in body:
             fields[name] = body[name]
     options = parse_options(fields, settings, engine)
