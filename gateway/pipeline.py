@@ -12,9 +12,10 @@ Each stage is one task; each link is a queue, and the backpressure is the queues
   bounded (``max_text_chars``), and the socket reader that feeds it must never wait, or a
   ``cancel`` behind it could not get through.
 * ``ready``: one entry per segment, put before its synthesis starts, at most ``lookahead`` of
-  them: synthesis runs that many segments ahead of the one being encoded, no more. An entry is
-  the segment's own queue: its ``sentence`` event, then its PCM chunks as the hub yields them
-  (bounded by the segment's length), then ``None`` (or the exception that ended it).
+  them (one at least): synthesis runs that many segments ahead of the one being encoded, no
+  more, and one after another. An entry is the segment's own queue: its ``sentence`` event,
+  then its PCM chunks as the hub yields them (bounded by the segment's length), then ``None``
+  (or the exception that ended it).
 * ``out``: events for the channel (``OUT_EVENTS`` at most), which marks each one done once it
   has sent it. The encoder encodes a chunk only when the channel has sent everything before
   it (``out.join()``), so a reply's first 100 ms reach the wire before the rest of its first
