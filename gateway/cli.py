@@ -8,10 +8,13 @@ import logging
 import signal
 import sys
 from pathlib import Path
+from typing import Callable
 
 from aiohttp import web
 
 from .config import Settings, load_settings
+from .proxies import parse_trusted
+from .workers import worker_count
 
 log = logging.getLogger("gateway")
 
@@ -33,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     _common(serve)
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
+    serve.add_argument("--workers", help="processes serving the port: auto (default: 1 for the "
+                       "embedded and kokoro engines, one per core for container and sagemaker), 0 "
+                       "(one per core) or a count")
     cont = sub.add_parser("container", help="run the SageMaker model container (port 8080)")
     _common(cont)
     cont.add_argument("--host", default="0.0.0.0")
@@ -61,32 +67,42 @@ def settings_from(args: argparse.Namespace) -> Settings:
         if not sep:
             raise SystemExit(f"--set expects NAME=VALUE, got {item!r}")
         overrides[name.strip()] = value
-    for name in ("engine", "host", "port"):
+    for name in ("engine", "host", "port", "workers"):
         if getattr(args, name, None) is not None:
             overrides[name] = getattr(args, name)
     try:
-        return load_settings(getattr(args, "config", None), overrides=overrides)
+        settings = load_settings(getattr(args, "config", None), overrides=overrides)
+        parse_trusted(settings.trusted_proxies)
+        worker_count(settings)
+        return settings
     except ValueError as exc:
         raise SystemExit(f"bad settings: {exc}") from None
 
 
-async def serve(settings: Settings, app: web.Application, *, what: str = "gateway") -> None:
-    """Run ``app`` until SIGINT/SIGTERM; log one line once it listens and its engine is ready."""
+async def serve(settings: Settings, app: web.Application, *, what: str = "gateway",
+                worker_ready: Callable[[str, asyncio.Event], None] | None = None) -> None:
+    """Run ``app`` until SIGINT/SIGTERM; log one line once it listens and its engine is ready.
+    A worker (``workers.py``) shares the port and tells ``worker_ready`` instead."""
+    from .httperrors import GatewayRunner
     from .state import GATEWAY
 
-    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=10.0)
+    runner = GatewayRunner(app, handler_cancellation=True, shutdown_timeout=10.0)
     await runner.setup()
-    site = web.TCPSite(runner, settings.host, settings.port)
+    site = web.TCPSite(runner, settings.host, settings.port, reuse_port=worker_ready is not None)
     await site.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGTERM,) if worker_ready else (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     gw = app.get(GATEWAY)
     if gw is not None:
         await gw.ready.wait()
     state = f"engine {gw.engine.name} ready" if gw and not gw.load_error else "engine FAILED to load, see above"
-    log.info("%s listening on http://%s:%d (%s)", what, settings.host, settings.port, state)
+    if worker_ready is None:
+        log.info("%s listening on http://%s:%d (%s)", what, settings.host, settings.port, state)
+    else:
+        log.info("%s serving http://%s:%d (%s)", what, settings.host, settings.port, state)
+        worker_ready(state, stop)
     try:
         await stop.wait()
         log.info("shutting down: no new sessions; %.0f s for those in flight", settings.shutdown_grace_s)
@@ -104,7 +120,10 @@ async def synth(settings: Settings, args: argparse.Namespace) -> None:
     from .batch import synthesize_batch
     from .engines import create_engine
     from .options import parse_options
+    from .speakable import speakable
 
+    if not speakable(args.text):
+        raise SystemExit("nothing to speak: the text has no letter or digit")
     engine = create_engine(settings)
     await engine.start()
     try:
@@ -170,6 +189,10 @@ def main(argv: list[str] | None = None) -> int:
         settings = settings.replace(host=args.host, port=args.port)
         run_loop(serve(settings, make_container_app(settings), what="model container"))
         return 0
+    if (workers := worker_count(settings)) > 1:
+        from .workers import supervise
+
+        return supervise(settings, workers)
     from .app import make_app
 
     try:

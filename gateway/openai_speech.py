@@ -33,6 +33,7 @@ from .engines.base import Engine
 from .errors import BadRequest, EngineTimeout, GatewayError
 from .options import StreamOptions, parse_bool, parse_options
 from .segmenter import split_text
+from .speakable import speakable
 from .state import GATEWAY
 from .voicecatalog import OPENAI_VOICES
 
@@ -91,6 +92,9 @@ def parse_speech(body: Any, settings: Settings, engine: Engine) -> SpeechRequest
     text = body.get("input")
     if not isinstance(text, str) or not text.strip():
         raise BadRequest("`input` must be a non-empty string", code="empty_input")
+    if not speakable(text):  # decided before synthesis: never a 200 without audio
+        raise BadRequest("`input` has nothing to speak: no letter or digit, only punctuation, "
+                         "symbols, emoji or control characters", code="nothing_to_speak")
     model = _string(body, "model")
     if model is not None and model not in MODELS:
         raise BadRequest(f"unknown model {model!r}; choose one of {', '.join(MODELS)} "
