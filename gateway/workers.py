@@ -64,6 +64,7 @@ class _Worker:
     pipe: Connection  # the worker sends its state once ready; closed when either side goes
     started: float = field(default_factory=time.monotonic)
     ready: bool = False
+    state: str = "starting"  # its word on its engine once ready
 
 
 class Supervisor:
@@ -74,7 +75,6 @@ class Supervisor:
         self.due: dict[int, float] = {}  # slot -> when its replacement starts
         self.backoff: dict[int, float] = {}
         self.stopping = False
-        self.state = "starting"  # the last worker's word on its engine, for the log
 
     def run(self) -> int:
         metrics_dir = tempfile.mkdtemp(prefix="gateway-metrics-")
@@ -112,7 +112,7 @@ class Supervisor:
         announced = False
         while not self.stopping:
             waiting = [wake, *(w.process.sentinel for w in self.workers.values()),
-                       *(w.pipe for w in self.workers.values() if not w.ready)]
+                       *(w.pipe for w in self.workers.values() if not w.ready and not w.pipe.closed)]
             timeout = max(0.0, min(self.due.values()) - time.monotonic()) if self.due else None
             fired = set(wait(waiting, timeout))
             if wake in fired:
@@ -129,8 +129,9 @@ class Supervisor:
             if not announced and len(self.workers) == self.count and all(w.ready for w in self.workers.values()):
                 announced = True
                 pids = ", ".join(str(w.process.pid) for w in self.workers.values())
+                states = "; ".join(sorted({w.state for w in self.workers.values()}))
                 log.info("gateway listening on http://%s:%d (%d workers: %s; %s)", self.settings.host,
-                         self.settings.port, self.count, pids, self.state)
+                         self.settings.port, self.count, pids, states)
             for slot, when in list(self.due.items()):
                 if when <= time.monotonic() and not self.stopping:
                     del self.due[slot]
@@ -139,12 +140,13 @@ class Supervisor:
 
     def _on_ready(self, worker: _Worker, announced: bool) -> None:
         try:
-            self.state = str(worker.pipe.recv())
+            worker.state = str(worker.pipe.recv())
         except EOFError:
-            return  # it died before it was ready; its sentinel says so
+            worker.pipe.close()  # it died before it was ready; its sentinel says so
+            return
         worker.ready = True
         if announced:
-            log.info("worker %d ready (%s)", worker.process.pid, self.state)
+            log.info("worker %d ready (%s)", worker.process.pid, worker.state)
 
     def _on_exit(self, slot: int, worker: _Worker) -> None:
         from prometheus_client import multiprocess
@@ -191,7 +193,11 @@ def worker_main(settings: Settings, pipe: Connection) -> None:
     from .app import make_app
     from .cli import run_loop, serve
 
-    app = make_app(settings)
+    try:
+        app = make_app(settings)
+    except (ValueError, ImportError) as exc:  # e.g. agent_backend=openai without agent_url
+        log.error("bad settings: %s", exc)
+        raise SystemExit(2) from None
     app.on_response_prepare.append(_name_worker)
     app.cleanup_ctx.append(_refresh_gauges)
 

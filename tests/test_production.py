@@ -17,6 +17,7 @@ from typing import Awaitable, Callable
 
 import aiohttp
 import pytest
+import yarl
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.procs import ServerProcess
@@ -204,6 +205,29 @@ async def test_forwarded_client_counts_only_from_trusted_peers(
                 assert same.status == 429 and (await same.json())["error"]["code"] == "too_many_sessions"
 
 
+async def test_the_access_log_names_the_forwarded_client() -> None:
+    with ServerProcess("serve", *FAKE, settings=[*QUIET, "trusted_proxies=127.0.0.1"]) as server:
+        async with aiohttp.ClientSession() as http:
+            async with http.ws_connect(server.url.replace("http://", "ws://") + "/v1/stream/ws",
+                                       headers={"X-Forwarded-For": "198.51.100.23"}) as ws:
+                await ws.send_json({"type": "text", "text": "Hello there."})
+                await ws.send_json({"type": "end"})
+                events = [m.json()["type"] async for m in ws if m.type == aiohttp.WSMsgType.TEXT]
+            assert events[-1] == "done", events  # a WebSocket on the request with the client's address
+            async with http.get(server.url + "/v1/stream/sse?text=Hi%20there.",
+                                headers={"X-Forwarded-For": "198.51.100.23"}) as r:
+                assert r.status == 200 and b"event: done" in await r.read()
+            async with http.get(server.url + "/healthz", headers={"Forwarded": 'for="[2001:db8::7]:80"'}) as r:
+                assert r.status == 200
+
+        def logged(client: str, path: str) -> bool:
+            return any("aiohttp.access" in line and f": {client} [" in line and path in line
+                       for line in list(server.tail))
+
+        await until(lambda: logged("198.51.100.23", "/v1/stream/sse") and logged("2001:db8::7", "/healthz"),
+                    10, "the access log lines:\n" + "\n".join(list(server.tail)[-6:]))
+
+
 # -- every error in one shape -------------------------------------------------------------
 def raw_exchange(port: int, data: bytes) -> tuple[int, bytes]:
     """Send raw bytes, read the answer to the end (the server closes): (status, body)."""
@@ -256,8 +280,11 @@ async def test_routing_errors_answer_json(one_process: ServerProcess) -> None:
         async with http.post(url + "/v1/audio/speech", data=io.BytesIO(b"{" + b" " * (1 << 20) + b"}"),
                              headers={"Content-Type": "application/json"}) as r:
             assert_shape(r.status, await r.json(), 413, "too_large")
-        async with http.get(url + "/static/missing.js") as r:
-            assert_shape(r.status, await r.json(), 404, "not_found")
+        for path in ("/static/missing.js", "/static/..%2fREADME.md"):  # and nothing outside static/
+            async with http.get(yarl.URL(url + path, encoded=True)) as r:
+                assert_shape(r.status, await r.json(), 404, "not_found")
+        async with http.get(url + "/static/app.js") as r:
+            assert r.status == 200 and "javascript" in r.headers["Content-Type"]
         async with http.get(url + "/v1/stream/ws") as r:  # not a WebSocket upgrade
             assert r.status == 400 and (await r.json())["error"]["code"]
 
