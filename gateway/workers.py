@@ -191,7 +191,7 @@ def worker_main(settings: Settings, pipe: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the supervisor, which sends SIGTERM
     logging.basicConfig(level=settings.log_level.upper(), format=WORKER_LOG_FORMAT)
     from .app import make_app
-    from .cli import run_loop, serve
+    from .server import run_loop, serve
 
     try:
         app = make_app(settings)
