@@ -136,6 +136,7 @@ class Plan:
     engine: str = PACED_FAKE  # "fake" measures the stock engine, drift and all
     uvloop: bool = False  # run the gateway on uvloop
     relay: bool = False  # the engine runs in a model container; the gateway relays its audio
+    workers: int = 1  # gateway processes on the port (its `workers` setting); CPU summed over them
 
 
 async def run_level(gw: GatewayProcess, upstream: GatewayProcess | None, pool: ProcessPoolExecutor,
@@ -151,7 +152,8 @@ async def run_level(gw: GatewayProcess, upstream: GatewayProcess | None, pool: P
     await asyncio.sleep(max(0.0, window[0] - time.monotonic()))
     meters = [p for p in (gw, upstream) if p is not None]
     cpu0, busy0, wait0 = [p.cpu_seconds() for p in meters], cpu_times(), gw.runqueue_seconds()
-    spy = asyncio.create_task(py_spy_top(gw.pid, plan.window_s - 1.0)) if plan.profile else None
+    spy = (asyncio.create_task(py_spy_top(gw.pid, plan.window_s - 1.0, subprocesses=plan.workers > 1))
+           if plan.profile else None)
     await asyncio.sleep(max(0.0, window[1] - time.monotonic()))
     cores = [(p.cpu_seconds() - c) / plan.window_s for p, c in zip(meters, cpu0)]
     waiting = (gw.runqueue_seconds() - wait0) / plan.window_s
@@ -204,7 +206,8 @@ async def sweep(levels: list[int], plan: Plan, *, settings: dict[str, str] | Non
                     plan.engine, {"fake_rtf": "1.0", "log_level": "WARNING"}, command="container"))
                 engine, extra = "container", {"container_url": upstream.ws_url, **extra}
             gw = await stack.enter_async_context(
-                GatewayProcess(engine, gateway_settings(plan.fmt, extra), uvloop=plan.uvloop))
+                GatewayProcess(engine, gateway_settings(plan.fmt, {"workers": str(plan.workers), **extra}),
+                               uvloop=plan.uvloop))
             for n in levels:
                 level = await run_level(gw, upstream, pool, n, plan)
                 log.info("%s", _row(level))
@@ -243,12 +246,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--engine", default=PACED_FAKE, help="fake: the stock (drifting) fake engine")
     parser.add_argument("--uvloop", action="store_true", help="run the gateway on uvloop")
     parser.add_argument("--relay", action="store_true", help="engine in a model container; the gateway relays")
+    parser.add_argument("--workers", type=int, default=1, help="gateway worker processes (0: one per core)")
     parser.add_argument("--out", default="", help="write the results as JSON here")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     plan = Plan(fmt=args.format, window_s=args.window, client_procs=args.client_procs,
                 bound_ms=args.bound_ms, ramp_per_s=args.ramp, profile=args.profile, engine=args.engine,
-                uvloop=args.uvloop, relay=args.relay)
+                uvloop=args.uvloop, relay=args.relay, workers=args.workers)
     extra = dict(item.split("=", 1) for item in args.set)
     log.info("%s", HEADER)
     levels = asyncio.run(sweep([int(x) for x in args.levels.split(",")], plan, settings=extra,

@@ -46,7 +46,7 @@ def busy_fraction(before: tuple[float, float], after: tuple[float, float]) -> fl
     return (after[0] - before[0]) / total if total else 0.0
 
 
-async def py_spy_top(pid: int, seconds: float, top: int = 12) -> list[tuple[str, float]]:
+async def py_spy_top(pid: int, seconds: float, top: int = 12, *, subprocesses: bool = False) -> list[tuple[str, float]]:
     """Sample ``pid`` with py-spy; the functions where it spends its CPU, as shares of samples."""
     exe = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(exe).exists():
@@ -56,7 +56,7 @@ async def py_spy_top(pid: int, seconds: float, top: int = 12) -> list[tuple[str,
     os.close(fd)
     proc = await asyncio.create_subprocess_exec(
         exe, "record", "--pid", str(pid), "--duration", str(max(1, int(seconds))), "--rate", "50",
-        "--format", "raw", "--nonblocking", "-o", raw,
+        "--format", "raw", "--nonblocking", "-o", raw, *(["--subprocesses"] if subprocesses else []),
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
     await proc.wait()
     counts: collections.Counter[str] = collections.Counter()

@@ -75,6 +75,13 @@ class ServerProcess:
         self.stop()
 
 
+def _proc(name: str) -> str:
+    try:
+        return Path(f"/proc/{name}").read_text()
+    except (FileNotFoundError, ProcessLookupError):  # a worker that has just exited
+        return ""
+
+
 class GatewayProcess:
     """``run_gateway.py serve`` (or ``container``) in a subprocess on a free loopback port.
 
@@ -108,15 +115,25 @@ class GatewayProcess:
             raise RuntimeError("the gateway process has not been started")
         return self.proc.pid
 
+    def pids(self) -> list[int]:
+        """The gateway's processes: itself and, with ``workers``, the workers it supervises."""
+        children = Path(f"/proc/{self.pid}/task/{self.pid}/children")
+        return [self.pid, *(int(x) for x in children.read_text().split())] if children.exists() else [self.pid]
+
     def runqueue_seconds(self) -> float:
-        """Seconds the event-loop thread has waited for a CPU while runnable (schedstat): how
-        much the scheduler, not the gateway, held it back."""
-        return int(Path(f"/proc/{self.pid}/task/{self.pid}/schedstat").read_text().split()[1]) / 1e9
+        """Seconds the event-loop threads have waited for a CPU while runnable (schedstat): how
+        much the scheduler, not the gateway, held them back (summed over the workers)."""
+        stats = (_proc(f"{pid}/task/{pid}/schedstat") for pid in self.pids())
+        return sum(int(text.split()[1]) / 1e9 for text in stats if text)
 
     def cpu_seconds(self) -> float:
-        """User + system CPU the process has used so far (from /proc, so no psutil needed)."""
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        """User + system CPU the process (and its workers) used so far (from /proc, so no psutil
+        needed). A worker that exits between two readings takes its CPU with it."""
+        ticks = 0
+        for text in filter(None, (_proc(f"{pid}/stat") for pid in self.pids())):
+            fields = text.rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])
+        return ticks / os.sysconf("SC_CLK_TCK")
 
     async def __aenter__(self) -> "GatewayProcess":
         entry = ["-c", UVLOOP_MAIN] if self.uvloop else [str(ROOT / "run_gateway.py")]

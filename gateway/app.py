@@ -6,6 +6,7 @@ import logging
 from typing import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from . import http
 from .admission import Admission
@@ -14,7 +15,9 @@ from .config import Settings
 from .engines import create_engine
 from .engines.base import Engine
 from .errors import GatewayError, Overloaded
+from .httperrors import error_response, http_exception_response
 from .metrics import Metrics
+from .proxies import client_middleware, parse_trusted
 from .security import check_auth
 from .state import GATEWAY, Gateway
 from .synthesis import SynthesisHub
@@ -24,10 +27,6 @@ from .transports.ws import handle_ws
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
-    return {"error": {"code": code, "message": message}}
 
 
 @web.middleware
@@ -42,18 +41,14 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        code = exc.reason.lower().replace(" ", "_")
-        return web.json_response(error_body(code, exc.reason), status=exc.status, headers=_allow(exc))
+        return http_exception_response(request, exc)
     except (asyncio.CancelledError, ConnectionResetError):
         raise
+    except HttpProcessingError as exc:  # a body the parser refused (bad chunking, short body)
+        return error_response(400, "bad_request", f"malformed request body: {exc.message}")
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
-        return web.json_response(error_body("internal_error", "internal server error"), status=500)
-
-
-def _allow(exc: web.HTTPException) -> dict[str, str] | None:
-    allow = exc.headers.get("Allow")
-    return {"Allow": allow} if allow else None
+        return error_response(500, "internal_error", "internal server error")
 
 
 async def _engine_lifecycle(app: web.Application) -> AsyncIterator[None]:
@@ -106,7 +101,10 @@ def build_gateway(settings: Settings, engine: Engine, *, admit: bool = True) -> 
 
 def make_app(settings: Settings, engine: Engine | None = None) -> web.Application:
     """Build the gateway. The engine loads in the background; ``/readyz`` says when it is done."""
-    app = web.Application(middlewares=[errors_middleware], client_max_size=1024 * 1024)
+    middlewares = [errors_middleware]
+    if trusted := parse_trusted(settings.trusted_proxies):  # the client behind a proxy
+        middlewares.append(client_middleware(trusted))
+    app = web.Application(middlewares=middlewares, client_max_size=1024 * 1024)
     app[GATEWAY] = build_gateway(settings, engine or create_engine(settings))
     app.cleanup_ctx.append(_engine_lifecycle)
     app.router.add_get("/", http.index)
@@ -118,7 +116,7 @@ def make_app(settings: Settings, engine: Engine | None = None) -> web.Applicatio
     app.router.add_route("GET", "/v1/stream/sse", handle_sse)
     app.router.add_route("POST", "/v1/stream/sse", handle_sse)
     app.router.add_get("/v1/stream/ws", handle_ws)
-    app.router.add_static("/static/", settings.static_dir, follow_symlinks=False, show_index=False)
+    app.router.add_get("/static/{name:.+}", http.static)
     return app
 
 

@@ -5,13 +5,13 @@ import argparse
 import asyncio
 import importlib
 import logging
-import signal
 import sys
 from pathlib import Path
 
-from aiohttp import web
-
 from .config import Settings, load_settings
+from .proxies import parse_trusted
+from .server import run_loop, serve
+from .workers import worker_count
 
 log = logging.getLogger("gateway")
 
@@ -33,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     _common(serve)
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
+    serve.add_argument("--workers", help="processes serving the port: auto (default: 1 for the "
+                       "embedded and kokoro engines, one per core for container and sagemaker), 0 "
+                       "(one per core) or a count")
     cont = sub.add_parser("container", help="run the SageMaker model container (port 8080)")
     _common(cont)
     cont.add_argument("--host", default="0.0.0.0")
@@ -61,51 +64,27 @@ def settings_from(args: argparse.Namespace) -> Settings:
         if not sep:
             raise SystemExit(f"--set expects NAME=VALUE, got {item!r}")
         overrides[name.strip()] = value
-    for name in ("engine", "host", "port"):
+    for name in ("engine", "host", "port", "workers"):
         if getattr(args, name, None) is not None:
             overrides[name] = getattr(args, name)
     try:
-        return load_settings(getattr(args, "config", None), overrides=overrides)
+        settings = load_settings(getattr(args, "config", None), overrides=overrides)
+        parse_trusted(settings.trusted_proxies)
+        worker_count(settings)
+        return settings
     except ValueError as exc:
         raise SystemExit(f"bad settings: {exc}") from None
-
-
-async def serve(settings: Settings, app: web.Application, *, what: str = "gateway") -> None:
-    """Run ``app`` until SIGINT/SIGTERM; log one line once it listens and its engine is ready."""
-    from .state import GATEWAY
-
-    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=10.0)
-    await runner.setup()
-    site = web.TCPSite(runner, settings.host, settings.port)
-    await site.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    gw = app.get(GATEWAY)
-    if gw is not None:
-        await gw.ready.wait()
-    state = f"engine {gw.engine.name} ready" if gw and not gw.load_error else "engine FAILED to load, see above"
-    log.info("%s listening on http://%s:%d (%s)", what, settings.host, settings.port, state)
-    try:
-        await stop.wait()
-        log.info("shutting down: no new sessions; %.0f s for those in flight", settings.shutdown_grace_s)
-        await site.stop()  # stop listening at once
-        if gw is not None:
-            from .app import drain
-
-            await drain(gw, settings.shutdown_grace_s)
-    finally:
-        await runner.cleanup()
-        log.info("stopped")
 
 
 async def synth(settings: Settings, args: argparse.Namespace) -> None:
     from . import batch
     from .engines import create_engine
     from .options import parse_options
+    from .speakable import speakable
     from .synthesis import SynthesisHub
 
+    if not speakable(args.text):
+        raise SystemExit("nothing to speak: the text has no letter or digit")
     engine = create_engine(settings)
     await engine.start()
     try:
@@ -117,17 +96,6 @@ async def synth(settings: Settings, args: argparse.Namespace) -> None:
         await engine.aclose()
     Path(args.output).write_bytes(audio)
     log.info("wrote %s (%d bytes, %s, voice %s)", args.output, len(audio), options.format, options.voice)
-
-
-def run_loop(main: object) -> None:
-    """asyncio.run, on uvloop where it is installed: it cut the gateway's CPU per session by
-    15-30% in the capacity runs (docs/CAPACITY.md)."""
-    try:
-        import uvloop
-    except ImportError:
-        asyncio.run(main)  # type: ignore[arg-type]
-    else:
-        uvloop.run(main)  # type: ignore[arg-type]
 
 
 def run_module(target: str, argv: list[str]) -> int:
@@ -172,6 +140,10 @@ def main(argv: list[str] | None = None) -> int:
         settings = settings.replace(host=args.host, port=args.port)
         run_loop(serve(settings, make_container_app(settings), what="model container"))
         return 0
+    if (workers := worker_count(settings)) > 1:
+        from .workers import supervise
+
+        return supervise(settings, workers)
     from .app import make_app
 
     try:

@@ -32,6 +32,10 @@ class Settings:
     engine: str = "embedded"
     log_level: str = "INFO"
     static_dir: str = str(ROOT / "static")
+    # processes serving the port (SO_REUSEPORT): "auto" = 1 for engines that run the model here,
+    # one per core for those that proxy it (container, sagemaker); 0 = one per core
+    workers: str = "auto"
+    trusted_proxies: str = ""  # addresses/CIDRs whose Forwarded / X-Forwarded-For name the client
 
     # request limits and defaults
     max_text_chars: int = 5000

@@ -1,6 +1,8 @@
 """Plain HTTP routes: health, readiness, metrics, voices, the demo page and batch synthesis."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from aiohttp import web
 
 from .openai_speech import speech  # noqa: F401  (POST /v1/audio/speech, OpenAI-compatible)
@@ -46,3 +48,13 @@ async def voices(request: web.Request) -> web.Response:
 async def index(request: web.Request) -> web.FileResponse:
     gw = request.app[GATEWAY]
     return web.FileResponse(f"{gw.settings.static_dir}/index.html")
+
+
+async def static(request: web.Request) -> web.FileResponse:
+    """A file of the demo page. aiohttp's own static route answers a missing file with an empty
+    404 decided after the middleware has run; this one raises, so the 404 is JSON like the rest."""
+    root = Path(request.app[GATEWAY].settings.static_dir).resolve()
+    path = (root / request.match_info["name"]).resolve()
+    if not path.is_relative_to(root) or not path.is_file():
+        raise web.HTTPNotFound()
+    return web.FileResponse(path)

@@ -1,20 +1,37 @@
-"""Prometheus metrics, one registry per application (no module-level state)."""
+"""Prometheus metrics, one registry per application (no module-level state).
+
+With several worker processes (``workers``), the supervisor points ``PROMETHEUS_MULTIPROC_DIR``
+at a directory it owns before it starts them: every process then keeps its values in files
+there, and ``render`` (whichever worker answers) reads them all. Counters and histograms are
+summed over every worker that has lived, so totals never drop when one is restarted; gauges
+are summed over live workers, or kept per worker (a ``pid`` label) where a sum means nothing.
+"""
 from __future__ import annotations
 
 import asyncio
+import os
 import resource
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 TTFB_BUCKETS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def multiprocess() -> bool:
+    return bool(os.environ.get(MULTIPROC_ENV))
 
 
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        self.multiprocess = multiprocess()
+        total, each = "livesum", "liveall"  # gauge modes across workers (ignored in one process)
         self.sessions = Counter("tts_sessions", "Sessions started", ["channel"], registry=r)
-        self.active = Gauge("tts_sessions_active", "Sessions in progress", ["channel"], registry=r)
+        self.active = Gauge("tts_sessions_active", "Sessions in progress", ["channel"], registry=r,
+                            multiprocess_mode=total)
         self.ttfb = Histogram(
             "tts_time_to_first_audio_seconds",
             "From the input that completed the first segment to the first audio payload",
@@ -25,27 +42,45 @@ class Metrics:
         self.bytes = Counter("tts_bytes", "Bytes by channel: encoded audio and on the wire", ["channel", "kind"], registry=r)
         self.errors = Counter("tts_errors", "Errors sent to clients", ["channel", "code"], registry=r)
         self.segments = Counter("tts_segments", "Segments synthesized", registry=r)
+        self.skipped = Counter("tts_segments_skipped", "Segments of a reply skipped: nothing speakable "
+                               "in them (no letter or digit)", registry=r)
         self.synth_seconds = Histogram("tts_segment_synthesis_seconds", "Engine time per segment", registry=r)
-        self.inflight = Gauge("tts_engine_inflight", "Segments being synthesized now", registry=r)
+        self.inflight = Gauge("tts_engine_inflight", "Segments being synthesized now", registry=r,
+                              multiprocess_mode=total)
         self.cache = Counter("tts_synthesis_cache", "Segments asked of the synthesis hub: hit (from the "
                              "cache), join (shared a synthesis in flight), miss (a new one)", ["outcome"], registry=r)
-        self.cache_bytes = Gauge("tts_synthesis_cache_bytes", "PCM held by the segment cache", registry=r)
+        self.cache_bytes = Gauge("tts_synthesis_cache_bytes", "PCM held by the segment cache", registry=r,
+                                 multiprocess_mode=total)
         self.rtf = Gauge("tts_engine_rtf", "The engine's live speed: wall seconds per audio second, "
-                         "smoothed over recent calls", ["mode"], registry=r)
+                         "smoothed over recent calls", ["mode"], registry=r, multiprocess_mode=each)
         self.agent_turns = Counter("tts_agent_turns", "Prompt turns by agent backend and how they ended: done, "
                                    "cancelled, agent_error, agent_unavailable, agent_timeout", ["backend", "outcome"],
                                    registry=r)
         self.agent_first_token = Histogram("tts_agent_first_token_seconds", "From a prompt to the agent's first token",
                                            ["backend"], buckets=TTFB_BUCKETS, registry=r)
-        self.queued = Gauge("tts_engine_queued", "Sessions waiting for the engine", registry=r)
+        self.queued = Gauge("tts_engine_queued", "Sessions waiting for the engine", registry=r,
+                            multiprocess_mode=total)
         # leak detectors for the soak benchmark: both must return to their idle level
-        self.tasks = Gauge("tts_asyncio_tasks", "asyncio tasks alive in the gateway's loop", registry=r)
-        self.tasks.set_function(_task_count)
-        self.rss = Gauge("tts_process_rss_bytes", "Resident memory of the gateway process", registry=r)
-        self.rss.set_function(_rss_bytes)
+        self.tasks = Gauge("tts_asyncio_tasks", "asyncio tasks alive in the gateway's loop", registry=r,
+                           multiprocess_mode=each)
+        self.rss = Gauge("tts_process_rss_bytes", "Resident memory of the gateway process", registry=r,
+                         multiprocess_mode=each)
+        if not self.multiprocess:  # read at each scrape; across workers refresh() writes them
+            self.tasks.set_function(_task_count)
+            self.rss.set_function(_rss_bytes)
+
+    def refresh(self) -> None:
+        """Write this process's own readings (the files of other workers are read as they are)."""
+        self.tasks.set(_task_count())
+        self.rss.set(_rss_bytes())
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        if not self.multiprocess:
+            return generate_latest(self.registry)
+        self.refresh()
+        merged = CollectorRegistry()
+        MultiProcessCollector(merged)
+        return generate_latest(merged)
 
 
 def _task_count() -> float:

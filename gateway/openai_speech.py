@@ -31,6 +31,7 @@ from .config import Settings
 from .engines.base import Engine
 from .errors import BadRequest, GatewayError
 from .options import StreamOptions, parse_bool, parse_options
+from .speakable import speakable
 from .state import GATEWAY, Gateway
 from .voicecatalog import OPENAI_VOICES
 
@@ -89,6 +90,9 @@ def parse_speech(body: Any, settings: Settings, engine: Engine) -> SpeechRequest
     text = body.get("input")
     if not isinstance(text, str) or not text.strip():
         raise BadRequest("`input` must be a non-empty string", code="empty_input")
+    if not speakable(text):  # decided before synthesis: never a 200 without audio
+        raise BadRequest("`input` has nothing to speak: no letter or digit, only punctuation, "
+                         "symbols, emoji or control characters", code="nothing_to_speak")
     model = _string(body, "model")
     if model is not None and model not in MODELS:
         raise BadRequest(f"unknown model {model!r}; choose one of {', '.join(MODELS)} "

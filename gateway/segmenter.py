@@ -44,6 +44,8 @@ from __future__ import annotations
 
 import re
 
+from .speakable import SPEAKABLE
+
 __all__ = ["Segmenter", "split_text"]
 
 _NEWLINES = frozenset("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")
@@ -51,7 +53,7 @@ _CJK_TERMINATORS = frozenset("。！？．｡")
 _TERMINATORS = frozenset(".!?…") | _CJK_TERMINATORS
 _CLOSERS = frozenset("\"')]}”’»」』）】》〉〕］｝*_`")
 _OPENERS = "\"'([{“‘«「『（【《〈〔［｛*_`"
-_ALNUM = re.compile(r"[^\W_]")
+_ALNUM = SPEAKABLE  # a letter or a digit: what a voice can say
 _CJK_CHAR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f]")
 _INITIALS = re.compile(r"(?:[A-Z]\.)*[A-Z]")  # "J", "U.S", "U.S.A"
 # A split point for over-long pieces: just after a clause mark.

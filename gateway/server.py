@@ -1,0 +1,62 @@
+"""Serve one application on its port until SIGTERM (or SIGINT), then drain: one process, or
+one worker of several (``workers.py``), which shares the port and reports to its supervisor."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from typing import Callable
+
+from aiohttp import web
+
+from .config import Settings
+
+log = logging.getLogger("gateway")
+
+
+async def serve(settings: Settings, app: web.Application, *, what: str = "gateway",
+                worker_ready: Callable[[str, asyncio.Event], None] | None = None) -> None:
+    """Run ``app`` until SIGINT/SIGTERM; log one line once it listens and its engine is ready.
+    A worker (``workers.py``) shares the port and tells ``worker_ready`` instead."""
+    from .httperrors import GatewayRunner
+    from .state import GATEWAY
+
+    runner = GatewayRunner(app, handler_cancellation=True, shutdown_timeout=10.0)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host, settings.port, reuse_port=worker_ready is not None)
+    await site.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM,) if worker_ready else (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    gw = app.get(GATEWAY)
+    if gw is not None:
+        await gw.ready.wait()
+    state = f"engine {gw.engine.name} ready" if gw and not gw.load_error else "engine FAILED to load, see above"
+    if worker_ready is None:
+        log.info("%s listening on http://%s:%d (%s)", what, settings.host, settings.port, state)
+    else:
+        log.info("%s serving http://%s:%d (%s)", what, settings.host, settings.port, state)
+        worker_ready(state, stop)
+    try:
+        await stop.wait()
+        log.info("shutting down: no new sessions; %.0f s for those in flight", settings.shutdown_grace_s)
+        await site.stop()  # stop listening at once
+        if gw is not None:
+            from .app import drain
+
+            await drain(gw, settings.shutdown_grace_s)
+    finally:
+        await runner.cleanup()
+        log.info("stopped")
+
+
+def run_loop(main: object) -> None:
+    """asyncio.run, on uvloop where it is installed: it cut the gateway's CPU per session by
+    15-30% in the capacity runs (docs/CAPACITY.md)."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)  # type: ignore[arg-type]
+    else:
+        uvloop.run(main)  # type: ignore[arg-type]
