@@ -34,6 +34,12 @@ class BadRequest(GatewayError):
     status = 400
 
 
+class NothingToSpeak(BadRequest):
+    """The whole text (or reply) has nothing a voice can say: never a reply without audio."""
+
+    code = "nothing_to_speak"
+
+
 class PayloadTooLarge(BadRequest):
     code = "too_large"
     status = 413

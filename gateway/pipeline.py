@@ -36,7 +36,7 @@ from typing import Any, Callable
 
 from .audio.encoders import Encoder, make_encoder
 from .config import Settings
-from .errors import GatewayError
+from .errors import GatewayError, NothingToSpeak
 from .listener import Listener
 from .options import StreamOptions
 from .payloads import Packetizer
@@ -151,10 +151,14 @@ class Pipeline:
         synth = self.hub.synthesize(text, voice=o.voice, speed=o.speed, mode=mode,
                                     key_mode=listener.requested or "", buffered_s=listener.buffered_s(),
                                     share=o.cache)
+        made = 0
         async with contextlib.aclosing(synth) as chunks:
             async for pcm in chunks:
                 listener.made(len(pcm) // 2)
+                made += len(pcm)
                 segment.put_nowait(pcm)
+        if not made and self.hub.metrics is not None:  # letters the voice cannot read: skipped
+            self.hub.metrics.skipped.inc()
         segment.put_nowait(None)
 
     def _forecast_texts(self, current: str | None) -> list[str]:
@@ -185,6 +189,10 @@ class Pipeline:
                     continue
                 await self._encode(item, index)
             index += 1
+        if not self.listener.samples:  # never a reply that ends without a sound
+            await self.out.put(error_event(NothingToSpeak(
+                "nothing to speak: the text has no letter or digit the voice can read")))
+            return
         await self._emit(self.packer.push(self.encoder.flush()) + self.packer.flush(), max(0, index - 1))
         self.stats["sentences"] = index
         await self.out.put(Event("done", self._done_fields()))

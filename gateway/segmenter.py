@@ -37,8 +37,7 @@ How much lookahead a cut waits for (the time-to-first-audio trade-off):
 
 Pieces are stripped; text with no letter or digit (``...``, ``---``, ``**``, emoji) is never a
 piece of its own: it is merged into the following piece, and dropped only when nothing follows
-it (at ``flush``) or when more than ``max_chars`` of it stand alone. Markup is kept as is; the
-segmenter only cuts.
+it (at ``flush``) or when more than ``max_chars`` of it stand alone. Markup is kept: it only cuts.
 """
 from __future__ import annotations
 
@@ -53,7 +52,6 @@ _CJK_TERMINATORS = frozenset("。！？．｡")
 _TERMINATORS = frozenset(".!?…") | _CJK_TERMINATORS
 _CLOSERS = frozenset("\"')]}”’»」』）】》〉〕］｝*_`")
 _OPENERS = "\"'([{“‘«「『（【《〈〔［｛*_`"
-_ALNUM = SPEAKABLE  # a letter or a digit: what a voice can say
 _CJK_CHAR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f]")
 _INITIALS = re.compile(r"(?:[A-Z]\.)*[A-Z]")  # "J", "U.S", "U.S.A"
 # A split point for over-long pieces: just after a clause mark.
@@ -220,7 +218,7 @@ class Segmenter:
         return mark in "-–" and self._at(j - 1).isspace()
 
     def _words(self, k: int) -> int:
-        return sum(1 for w in self._buf[self._start : k].split() if _ALNUM.search(w))
+        return sum(1 for w in self._buf[self._start : k].split() if SPEAKABLE.search(w))
 
     def _at(self, j: int) -> str:
         """The character at ``j``; the start of the piece reads as a space."""
@@ -236,7 +234,7 @@ class Segmenter:
 
     def _emit(self, text: str, out: list[str]) -> bool:
         piece = text.strip()
-        if not _ALNUM.search(piece):
+        if not SPEAKABLE.search(piece):
             return False
         out.append(piece)
         self._emitted = True
@@ -282,7 +280,7 @@ class Segmenter:
 
 def _split_point(buf: str, lo: int, hi: int) -> int:
     """Where to end a piece ``buf[lo:q]`` (``lo < q <= hi``) that must not reach past ``hi``."""
-    first = _ALNUM.search(buf, lo, hi)
+    first = SPEAKABLE.search(buf, lo, hi)
     if first is None:
         return hi
     floor = first.start() + 1  # the head must hold something speakable

@@ -20,7 +20,9 @@ import pytest
 import yarl
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.client import sse_stream, ws_stream
 from bench.procs import ServerProcess
+from gateway.engines.fake import FakeEngine
 from gateway.proxies import parse_trusted, resolve_client
 from gateway.speakable import speakable
 from gateway.workers import WORKER_HEADER
@@ -304,3 +306,38 @@ async def test_nothing_to_speak_is_a_400_before_synthesis(fake_server: Server, h
 ])
 def test_speakable(text: str, expected: bool) -> None:
     assert speakable(text) is expected
+
+
+class SilentOn(FakeEngine):
+    """The fake engine, except that a segment holding ``marker`` yields no audio at all (as a
+    real voice does with letters its G2P cannot read)."""
+
+    marker = "Zzyzx"
+
+    async def synthesize(self, text: str, **kwargs: object):  # type: ignore[override]
+        if self.marker in text:
+            return
+        async for chunk in super().synthesize(text, **kwargs):  # type: ignore[arg-type]
+            yield chunk
+
+
+@pytest.mark.parametrize("tokens", [["😀🎉 👍"], ["😀", " 🎉", " ..."], ["\x00\x07 ---"]])
+async def test_a_reply_with_nothing_to_speak_is_an_error_on_both_channels(fake_server: Server, http: aiohttp.ClientSession,
+                                                                          tokens: list[str]) -> None:
+    ws = await ws_stream(http, fake_server.ws_url, tokens=tokens, options={"format": "pcm"})
+    assert ws.error is not None and ws.error["code"] == "nothing_to_speak" and ws.done is None
+    assert not ws.payloads and ws.close_code == 1008
+    sse = await sse_stream(http, fake_server.url + "/v1/stream/sse", text="".join(tokens), format="pcm")
+    assert sse.error is not None and sse.error["code"] == "nothing_to_speak" and not sse.payloads
+
+
+async def test_a_segment_with_nothing_to_say_is_skipped_and_counted(start_server, http: aiohttp.ClientSession) -> None:
+    settings = fake_settings()
+    server = await start_server(settings, SilentOn(settings))
+    r = await ws_stream(http, server.ws_url, text="First one here. Zzyzx road sign. Last one now.",
+                        options={"format": "pcm", "envelope": "msgpack"})
+    assert r.done is not None and r.error is None
+    assert [e["text"] for e in r.of("sentence")] == ["First one here.", "Zzyzx road sign.", "Last one now."]
+    assert {p["sentence"] for p in r.of("audio")} == {0, 2}  # nothing for the one in the middle
+    async with http.get(server.url + "/metrics") as resp:
+        assert counters(await resp.text())["tts_segments_skipped_total[]"] == 1

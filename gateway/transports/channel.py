@@ -25,6 +25,7 @@ class Channel:
         self.session: StreamSession | None = None
         self.audio_wire = 0  # wire bytes of this reply's audio
         self.total_wire = 0  # wire bytes of everything this reply sent
+        self.last_error: Event | None = None  # the last ``error`` sent (its cause picks a close code)
         # label lookups once per session, not per payload (2-4% of CPU at 1,000 sessions)
         self._audio_bytes = gw.metrics.bytes.labels(self.name, "audio")
         self._wire_bytes = gw.metrics.bytes.labels(self.name, "wire")
@@ -63,6 +64,8 @@ class Channel:
         last = ""
         async for event in session.events():
             last = event.type
+            if event.type == "error":
+                self.last_error = event
             if event.type == "done":
                 event = self._done(event)
             wire = await self.send(event)

@@ -103,6 +103,11 @@ class WsChannel(Channel):
             if self.request.transport is not None:
                 self.request.transport.abort()  # a client that won't take a close frame is cut off
 
+    def _error_close_code(self) -> int:
+        """1008 for the client's fault (``nothing_to_speak``), 1013 for overload, else 1011."""
+        cause = self.last_error.cause if self.last_error is not None else None
+        return close_code_for(cause) if isinstance(cause, GatewayError) else WSCloseCode.INTERNAL_ERROR
+
     # -- the session's events -> the wire -----------------------------------------------
     async def _pump(self, session: StreamSession) -> None:
         keep = False
@@ -111,7 +116,7 @@ class WsChannel(Channel):
             last = session.outcome or last  # a conversation's turns end in done and error alike
             keep = last == "done" and self.keeps_socket
             if not keep:  # done: a normal close; error: the session cannot go on
-                await self.close(WSCloseCode.OK if last == "done" else WSCloseCode.INTERNAL_ERROR)
+                await self.close(WSCloseCode.OK if last == "done" else self._error_close_code())
         except Fatal as exc:  # too slow to read: no error event can reach it, just the close
             self.gw.metrics.errors.labels(self.name, exc.code).inc()
             await self.close(exc.close_code, exc.code)
