@@ -40,6 +40,8 @@ async def voices(request: web.Request) -> web.Response:
         "default": gw.settings.default_voice or gw.engine.default_voice,
         "voices": [v.to_dict() for v in gw.engine.voices],
         "vocoder_modes": list(gw.engine.vocoder_modes),  # streaming inside a segment, if any
+        "default_vocoder": gw.engine.capabilities.default_vocoder,
+        "timestamps": gw.engine.capabilities.timestamps,  # `words` events on the channels
         # the embedded and torch engines: which voice packs are in use (store or fallback)
         **({"store": store} if (store := getattr(gw.engine, "voice_store", None)) else {}),
     })

@@ -15,7 +15,9 @@ Each stage is one task; each link is a queue, and the backpressure is the queues
   them (one at least): synthesis runs that many segments ahead of the one being encoded, no
   more, and one after another. An entry is the segment's own queue: its ``sentence`` event,
   then its PCM chunks as the hub yields them (bounded by the segment's length), then ``None``
-  (or the exception that ended it).
+  (or the exception that ended it). A segment's ``WordTimes`` (engines that give them) come
+  before the PCM they describe; the encoder stage puts them on the reply's timeline (the audio
+  encoded before the segment, plus the encoder's lead-in a player hears) as a ``words`` event.
 * ``out``: events for the channel (``OUT_EVENTS`` at most), which marks each one done once it
   has sent it. The encoder encodes a chunk only when the channel has sent everything before
   it (``out.join()``), so a reply's first 100 ms reach the wire before the rest of its first
@@ -37,11 +39,13 @@ from typing import Any, Callable
 from .audio.encoders import Encoder, make_encoder
 from .config import Settings
 from .errors import GatewayError, NothingToSpeak
+from .heard import Transcript
 from .listener import Listener
 from .options import StreamOptions
 from .payloads import Packetizer
 from .segmenter import Segmenter
 from .synthesis import SynthesisHub
+from .timestamps import WordTimes
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +60,10 @@ class Event:
     fields: dict[str, Any] = field(default_factory=dict)
     audio: bytes = b""
     cause: BaseException | None = None  # an ``error``'s exception, for an edge that raises it
+    end_ms: float = 0.0  # an ``audio`` payload's end on the reply's timeline (not on the wire)
 
 
-SegmentQueue = asyncio.Queue  # of Event (its sentence), bytes (PCM), then None or an exception
+SegmentQueue = asyncio.Queue  # of Event (its sentence), WordTimes and bytes (PCM), then None or an exception
 
 
 def error_event(exc: BaseException) -> Event:
@@ -86,6 +91,8 @@ class Pipeline:
         self.encoder = encoder() if encoder else make_encoder(o.format, sample_rate=self.sample_rate,
                                                               bitrate=o.bitrate)
         self.packer = Packetizer(o.format, chunk_bytes=o.chunk_bytes, frames_per_payload=s.frames_per_payload)
+        self.transcript = Transcript()  # what the reply said, when; what the listener heard
+        self.encoded = 0  # samples given to the encoder so far: the reply's timeline
         self.ended = False
         self.t_input: float | None = None  # first input of this reply
         self.stats = {"sentences": 0, "audio_bytes": 0, "payloads": 0}
@@ -154,8 +161,9 @@ class Pipeline:
         made = 0
         async with contextlib.aclosing(synth) as chunks:
             async for pcm in chunks:
-                listener.made(len(pcm) // 2)
-                made += len(pcm)
+                if isinstance(pcm, bytes):
+                    listener.made(len(pcm) // 2)
+                    made += len(pcm)
                 segment.put_nowait(pcm)
         if not made and self.hub.metrics is not None:  # letters the voice cannot read: skipped
             self.hub.metrics.skipped.inc()
@@ -185,8 +193,13 @@ class Pipeline:
                     await self.out.put(error_event(item))
                     return
                 if isinstance(item, Event):  # the segment's `sentence`
+                    self.transcript.segment(index, item.fields["text"])
                     await self.out.put(item)
                     continue
+                if isinstance(item, WordTimes):
+                    await self.out.put(self._words(item, index))
+                    continue
+                self.transcript.started(index, self._ms(self.encoded))
                 await self._encode(item, index)
             index += 1
         if not self.listener.samples:  # never a reply that ends without a sound
@@ -197,14 +210,26 @@ class Pipeline:
         self.stats["sentences"] = index
         await self.out.put(Event("done", self._done_fields()))
 
+    def _ms(self, samples: int) -> float:
+        """A point of the reply's audio as a player plays it, in ms (the encoder's lead-in first)."""
+        return round(1000 * (samples + getattr(self.encoder, "delay_samples", 0)) / self.sample_rate, 1)
+
+    def _words(self, times: WordTimes, index: int) -> Event:
+        offset = self.encoded + getattr(self.encoder, "delay_samples", 0)
+        words = times.to_ms(offset, self.sample_rate)
+        self.transcript.words(index, words)
+        return Event("words", {"sentence": index, "words": words})
+
     async def _encode(self, pcm: bytes, index: int) -> None:
         head = self.sample_rate // 10 * 2  # 100 ms of s16 samples
         if self.ttfb_ms is None and len(pcm) > 2 * head:
             # a reply's first 100 ms go out before the rest of its first chunk is encoded
             # (a whole sentence takes 10-20 ms to encode: bench overhead)
+            self.encoded += head // 2
             await self._emit(self.packer.push(self.encoder.encode(pcm[:head])), index)
             await self.out.join()
             pcm = pcm[head:]
+        self.encoded += len(pcm) // 2
         await self._emit(self.packer.push(self.encoder.encode(pcm)), index)
         await self.out.join()  # the channel has sent it all: encode on demand, never ahead
 
@@ -216,7 +241,7 @@ class Pipeline:
             fields = {"seq": self.stats["payloads"], "sentence": sentence, "t_ms": self.elapsed_ms()}
             self.stats["payloads"] += 1
             self.stats["audio_bytes"] += len(payload)
-            await self.out.put(Event("audio", fields, payload))
+            await self.out.put(Event("audio", fields, payload, end_ms=self._ms(self.encoded)))
 
     def _done_fields(self) -> dict[str, Any]:
         st = self.stats

@@ -122,7 +122,7 @@ class StreamSession:
             raise BadRequest("a reply is in progress: wait for its done, or send cancel", code="turn_in_progress")
         p = self._open()
         p.mark_input()  # the reply is timed from the prompt
-        self.turn = turn = self.conversation.start(prompt)
+        self.turn = turn = self.conversation.start(prompt, p.transcript)
         p.tasks.append(asyncio.create_task(self._run_agent(p, turn)))
 
     async def _run_agent(self, p: Pipeline, turn: Turn) -> None:
@@ -138,17 +138,21 @@ class StreamSession:
         if not p.ended:
             p.end()
 
-    async def cancel(self) -> None:
-        """Barge-in: stop synthesis and sending now; the next input starts a new reply."""
+    async def cancel(self, played_ms: float | None = None) -> None:
+        """Barge-in: stop synthesis and sending now; the next input starts a new reply.
+        ``cancelled`` says what the listener heard: the reply's text up to the last word that
+        started before ``played_ms`` (their playback position), else what was sent."""
         old, turn = self.pipeline, self.turn
         await old.stop()
-        if turn is not None:
-            turn.cancel()
         while not self.out.empty():  # queued audio is dropped, never sent
             self.out.get_nowait()
             self.out.task_done()
+        heard = old.transcript.heard(played_ms)
+        if turn is not None:
+            turn.cancel(heard)
         self._next_reply()
-        self.out.put_nowait(Event("cancelled", {"t_ms": old.elapsed_ms()}))
+        self.out.put_nowait(Event("cancelled", {"t_ms": old.elapsed_ms(), "played_ms": played_ms,
+                                                "heard_text": heard}))
         if self.closing:
             self.out.put_nowait(_CLOSE)
 
@@ -170,6 +174,8 @@ class StreamSession:
                 self.finished, self.outcome = True, "done"
                 return
             next_turn = False
+            if event.type == "audio":
+                self.pipeline.transcript.sent(event.end_ms)
             if self.turn is not None:
                 self.turn.observe(event.type, event.fields)
                 next_turn = self._next_turn(event)

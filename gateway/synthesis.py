@@ -13,6 +13,10 @@ neither reads nor fills the cache nor joins a flight: a synthesis of its own.
 
 Every flight reports its speed to ``LiveSpeed``, and has one watchdog timer (re-armed only
 when it fires early), not one per chunk.
+
+An engine that declares ``timestamps`` is always asked for them (they cost nothing): a flight's
+items are PCM chunks and, before the audio each describes, ``WordTimes``; both are shared and
+cached alike.
 """
 from __future__ import annotations
 
@@ -27,10 +31,12 @@ from .engines.base import Engine
 from .errors import EngineTimeout
 from .metrics import Metrics
 from .speed import LiveSpeed
+from .timestamps import WordTimes
 
 log = logging.getLogger(__name__)
 
 Key = tuple[str, float, str, str]
+Item = bytes | WordTimes  # what a flight yields: PCM, or the words of the PCM that follows
 
 
 class Flight:
@@ -39,7 +45,7 @@ class Flight:
     def __init__(self, hub: "SynthesisHub", key: Key | None, text: str, voice: str, speed: float,
                  mode: str | None, buffered_s: float) -> None:
         self.hub, self.key = hub, key
-        self.chunks: list[bytes] = []
+        self.chunks: list[Item] = []
         self.samples = 0
         self.done = False
         self.error: BaseException | None = None
@@ -58,12 +64,16 @@ class Flight:
         first: float | None = None
         self._arm()
         try:
-            synth = hub.engine.synthesize(text, voice=voice, speed=speed, vocoder=mode, buffered_s=buffered_s)
+            extra = {"timestamps": True} if hub.engine.capabilities.timestamps else {}
+            synth = hub.engine.synthesize(text, voice=voice, speed=speed, vocoder=mode, buffered_s=buffered_s,
+                                          **extra)
             async with contextlib.aclosing(synth) as chunks:
                 async for pcm in chunks:
+                    self.chunks.append(pcm)
+                    if isinstance(pcm, WordTimes):
+                        continue
                     if first is None:
                         first = time.perf_counter() - started
-                    self.chunks.append(pcm)
                     self.samples += len(pcm) // 2
                     self._progress = self._loop.time()
                     self._wake()
@@ -107,7 +117,7 @@ class Flight:
         for event in self.followers:
             event.set()
 
-    async def follow(self) -> AsyncIterator[bytes]:
+    async def follow(self) -> AsyncIterator[Item]:
         """The chunks from the first, live; leaving stops the flight if nobody else follows."""
         event = asyncio.Event()
         self.followers.add(event)
@@ -140,23 +150,24 @@ class SynthesisHub:
         self.engine, self.metrics, self.timeout_s = engine, metrics, timeout_s
         self.speed = speed or LiveSpeed()
         self.cache_limit = int(cache_mb * 1024 * 1024)
-        self.cache: OrderedDict[Key, bytes] = OrderedDict()
+        self.cache: OrderedDict[Key, tuple[bytes, tuple[WordTimes, ...]]] = OrderedDict()
         self.cache_bytes = 0
         self.flights: dict[Key, Flight] = {}
 
     def synthesize(self, text: str, *, voice: str, speed: float, mode: str | None = None,
                    key_mode: str | None = None, buffered_s: float = 0.0,
-                   share: bool = True) -> AsyncIterator[bytes]:
-        """PCM chunks for ``text``. ``mode`` goes to the engine; ``key_mode`` (default ``mode``)
-        is the mode the request asked for, which identical requests share on."""
+                   share: bool = True) -> AsyncIterator[Item]:
+        """PCM chunks for ``text`` (and ``WordTimes`` before them, where the engine gives them).
+        ``mode`` goes to the engine; ``key_mode`` (default ``mode``) is the mode the request
+        asked for, which identical requests share on."""
         if not share:
             return Flight(self, None, text, voice, speed, mode, buffered_s).follow()
         key: Key = (voice, round(speed, 3), key_mode if key_mode is not None else (mode or ""),
                     " ".join(text.split()))
-        if (pcm := self.cache.get(key)) is not None:
+        if (entry := self.cache.get(key)) is not None:
             self.cache.move_to_end(key)
             self._count("hit")
-            return _once(pcm)
+            return _once(*entry)
         if (flight := self.flights.get(key)) is not None:
             self._count("join")
             return flight.follow()
@@ -199,19 +210,21 @@ class SynthesisHub:
         """A flight made all its audio: keep it for repeats, within the size limit."""
         if flight.key is None or not self.cache_limit:
             return
-        pcm = b"".join(flight.chunks)
+        pcm = b"".join(c for c in flight.chunks if isinstance(c, bytes))
         if not pcm or len(pcm) > self.cache_limit:
             return
         old = self.cache.pop(flight.key, None)
-        self.cache_bytes -= len(old) if old is not None else 0
-        self.cache[flight.key] = pcm
+        self.cache_bytes -= len(old[0]) if old is not None else 0
+        self.cache[flight.key] = (pcm, tuple(c for c in flight.chunks if isinstance(c, WordTimes)))
         self.cache_bytes += len(pcm)
         while self.cache_bytes > self.cache_limit:
-            _, dropped = self.cache.popitem(last=False)
+            _, (dropped, _words) = self.cache.popitem(last=False)
             self.cache_bytes -= len(dropped)
         if self.metrics is not None:
             self.metrics.cache_bytes.set(self.cache_bytes)
 
 
-async def _once(pcm: bytes) -> AsyncIterator[bytes]:
+async def _once(pcm: bytes, words: tuple[WordTimes, ...]) -> AsyncIterator[Item]:
+    for w in words:  # times from the segment's first sample: all of them may come first
+        yield w
     yield pcm

@@ -4,8 +4,10 @@ record of what was streamed, what was spoken and how it ended.
 Each ``prompt`` is a ``Turn``. Its request carries the system prompt, the earlier turns (at
 most ``agent_history_turns``) and the new user message. When the turn ends, the assistant
 message kept for later turns is what the listener heard: the whole reply after ``done``; after
-a barge-in or a failure, the text already sent as audio (``Turn.heard_text``). A turn nobody
-heard anything of is dropped whole, so the history always alternates user / assistant.
+a barge-in, the ``heard_text`` of ``cancelled`` (up to the last word that started before the
+client's ``played_ms``); after a failure, the text already sent as audio (the reply's
+``Transcript``). A turn nobody heard anything of is dropped whole, so the history always
+alternates user / assistant.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import time
 from typing import Any, AsyncIterator
 
 from ..config import Settings
+from ..heard import Transcript
 from ..metrics import Metrics
 from .base import Agent, AgentError, AgentTimeout, Message
 
@@ -39,9 +42,9 @@ class Conversation:
             out += [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
         return out + [{"role": "user", "content": prompt}]
 
-    def start(self, prompt: str) -> "Turn":
+    def start(self, prompt: str, transcript: Transcript | None = None) -> "Turn":
         self.turns += 1
-        return Turn(self, prompt)
+        return Turn(self, prompt, transcript)
 
     def keep(self, prompt: str, heard: str) -> None:
         if not heard.strip():
@@ -54,8 +57,9 @@ class Conversation:
 class Turn:
     """One prompt and its reply. ``observe`` sees every event the channel sends for it."""
 
-    def __init__(self, conversation: Conversation, prompt: str) -> None:
+    def __init__(self, conversation: Conversation, prompt: str, transcript: Transcript | None = None) -> None:
         self.conversation, self.prompt = conversation, prompt
+        self.transcript = transcript  # the reply's: what was sent, and when each word is heard
         self.reply: list[str] = []  # the deltas, as they came
         self.sentences: dict[int, str] = {}  # segments announced to the client
         self.heard_through = -1  # the last segment with audio sent
@@ -101,12 +105,15 @@ class Turn:
             self.finish(str(fields.get("code")), self.heard_text())
 
     def heard_text(self) -> str:
-        """What the listener heard of this reply. Until word timestamps exist (issue 16: the
-        ``heard_text`` of ``cancelled``), the segments whose audio was already sent, whole."""
+        """What was sent of this reply as audio (word by word where the engine gives word
+        times); without a transcript, the segments whose audio was sent, whole."""
+        if self.transcript is not None:
+            return self.transcript.heard()
         return " ".join(self.sentences[i] for i in sorted(self.sentences) if i <= self.heard_through)
 
-    def cancel(self) -> None:
-        self.finish("cancelled", self.heard_text())
+    def cancel(self, heard: str | None = None) -> None:
+        """Barge-in: keep ``heard`` (the ``heard_text`` of ``cancelled``), else what was sent."""
+        self.finish("cancelled", self.heard_text() if heard is None else heard)
 
     def finish(self, outcome: str, kept: str) -> None:
         if self.outcome:

@@ -40,6 +40,8 @@ class _Sink:
 class ContainerEncoder:
     """One utterance of s16le mono PCM into ``fmt`` (``ogg``, ``aac`` or ``flac``)."""
 
+    delay_samples = 0  # whole files for batch replies, which carry no word times
+
     def __init__(self, fmt: str, *, sample_rate: int = 24000, bitrate: int = 64,
                  seekable: bool = False) -> None:
         import av  # heavy: only requests for these formats pay for it

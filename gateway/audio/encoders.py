@@ -40,6 +40,8 @@ class Encoder(Protocol):
     format: str
     sample_rate: int
     bitrate: int  # kbps (for pcm and wav: the raw PCM rate)
+    #: samples a player hears before the first one encoded (the codec's lead-in it keeps)
+    delay_samples: int
 
     def encode(self, pcm: bytes) -> bytes:
         """s16le mono in; out: bytes ready to send now (mp3: whole frames only)."""
@@ -82,6 +84,9 @@ class Mp3Encoder:
 
     content_type = CONTENT_TYPES["mp3"]
     format = "mp3"
+    # LAME's 576 samples and the decoder's 529: a live stream has no Info tag to trim them with,
+    # so players play them first (PyAV: a click encoded at sample 6,000 decodes at 7,107)
+    delay_samples = 1105
 
     def __init__(self, *, sample_rate: int = 24000, bitrate: int = 64,
                  quality: int = MP3_QUALITY) -> None:
@@ -122,6 +127,7 @@ class PcmEncoder:
 
     content_type = CONTENT_TYPES["pcm"]
     format = "pcm"
+    delay_samples = 0
 
     def __init__(self, *, sample_rate: int = 24000) -> None:
         self.sample_rate = sample_rate
@@ -175,6 +181,7 @@ class OpusEncoder:
 
     content_type = CONTENT_TYPES["opus"]
     format = "opus"
+    delay_samples = 0  # the pre-skip is in the header: decoders drop it (measured: 0)
 
     def __init__(self, *, sample_rate: int = 24000, bitrate: int = 64) -> None:
         import av  # heavy: only sessions that ask for Opus pay for it

@@ -161,7 +161,7 @@ class WsChannel(Channel):
             session.end()
         elif kind == "cancel":
             self.text_chars = 0
-            await session.cancel()
+            await session.cancel(msg.get("played_ms"))
 
     async def _end_reply(self) -> None:
         """Forget the finished session so that the next message opens a fresh one."""

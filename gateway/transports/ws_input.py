@@ -58,4 +58,9 @@ def validate_message(msg: dict[str, Any], settings: Settings) -> str:
             raise BadRequest("`prompt` needs a non-empty string field `prompt`", code="invalid_message")
         if len(prompt) > settings.max_prompt_chars:
             raise PayloadTooLarge(f"prompt is {len(prompt)} characters; the limit is {settings.max_prompt_chars}")
+    elif kind == "cancel" and msg.get("played_ms") is not None:
+        played = msg["played_ms"]
+        if isinstance(played, bool) or not isinstance(played, (int, float)) or not 0 <= played < 1e9:
+            raise BadRequest("`played_ms` must be the playback position in the reply, in ms (>= 0)",
+                             code="invalid_message")
     return str(kind)

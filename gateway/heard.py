@@ -1,0 +1,77 @@
+"""What a reply said, when, and how much of it a listener has heard (barge-in).
+
+The pipeline records each segment's text, where its audio starts on the reply's timeline and
+its words (``words`` events); the session records how far the audio it sent reaches. After
+``cancel`` with ``played_ms`` (the client's playback position in the reply), ``heard`` gives the
+reply's text up to and including the last word that started before it; without ``played_ms``,
+what was sent. Where the engine gives no word times, whole segments that started in time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class _Segment:
+    text: str
+    start_ms: float | None = None  # its first sample on the reply's timeline, once encoded
+    words: list[tuple[float, int]] = field(default_factory=list)  # (start_ms, end of the word in text)
+    cursor: int = 0  # where the next word is looked for in ``text``
+
+
+class Transcript:
+    def __init__(self) -> None:
+        self.segments: dict[int, _Segment] = {}
+        self.sent_ms = 0.0  # the end of the audio sent so far, on the reply's timeline
+
+    def segment(self, index: int, text: str) -> None:
+        self.segments[index] = _Segment(text)
+
+    def started(self, index: int, start_ms: float) -> None:
+        seg = self.segments.get(index)
+        if seg is not None and seg.start_ms is None:
+            seg.start_ms = start_ms
+
+    def words(self, index: int, words: list[dict[str, object]]) -> None:
+        """A ``words`` event's list: each word is found in the segment's text, in order."""
+        seg = self.segments.get(index)
+        if seg is None:
+            return
+        for w in words:
+            word, start = str(w["word"]), float(w["start_ms"])  # type: ignore[arg-type]
+            at = _find_word(seg.text, word, seg.cursor)
+            if at < 0:
+                continue
+            whole = seg.text.startswith(word, at)
+            seg.cursor = at + (len(word) if whole else len(word.split()[0]))
+            seg.words.append((start, seg.cursor))
+
+    def sent(self, end_ms: float) -> None:
+        self.sent_ms = max(self.sent_ms, end_ms)
+
+    def heard(self, played_ms: float | None = None) -> str:
+        limit = self.sent_ms if played_ms is None else played_ms
+        out: list[str] = []
+        for index in sorted(self.segments):
+            seg = self.segments[index]
+            if seg.start_ms is None or seg.start_ms >= limit:
+                break
+            if not seg.words:  # no word times: the segment counts whole once it started
+                out.append(seg.text)
+                continue
+            ends = [end for start, end in seg.words if start < limit]
+            if not ends:
+                break
+            out.append(seg.text[:ends[-1]] if len(ends) < len(seg.words) else seg.text)
+            if len(ends) < len(seg.words):
+                break
+        return " ".join(out)
+
+
+def _find_word(text: str, word: str, start: int) -> int:
+    """``word`` (as written; several words joined by spaces for one token) in ``text`` from
+    ``start``; -1 if absent."""
+    at = text.find(word, start)
+    if at < 0 and " " in word:
+        at = text.find(word.split()[0], start)
+    return at
