@@ -20,6 +20,7 @@ from gateway.config import Settings
 from gateway.engines.embedded import EmbeddedEngine
 from gateway.timestamps import WordTimes, words_of
 
+from .conftest import embedded_engine
 from .test_embedded import LONG, SENTENCE
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
@@ -28,11 +29,9 @@ RATE = 24000
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def engine() -> AsyncIterator[EmbeddedEngine]:
-    eng = EmbeddedEngine(Settings())  # frozen-first by default; vocoder=exact is the whole model
-    await eng.start()
-    assert await eng.wait_vocoder(eng.default_voice), eng.vocoder_status
-    yield eng
-    await eng.aclose()
+    async with embedded_engine(Settings()) as eng:  # frozen-first; vocoder=exact is the whole model
+        assert await eng.wait_vocoder(eng.default_voice), eng.vocoder_status
+        yield eng
 
 
 async def spoken(eng: EmbeddedEngine, text: str, voice: str, speed: float,
