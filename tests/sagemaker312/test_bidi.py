@@ -185,7 +185,6 @@ async def test_engine_streams_each_segment_on_its_own_stream(container: Containe
             assert together == [render(t) for t in texts[1:]]
         finally:
             await engine.aclose()
-            standin.log.close()
     assert stub.stats.streams == len(texts) and stub.stats.parts_in == 3 * len(texts)
 
 
@@ -290,7 +289,6 @@ async def test_engine_reconnects_after_the_service_drops_its_connection(containe
                 assert stub.stats.streams == 1
     finally:
         await engine.aclose()
-
 
 
 async def test_stream_mode_forwards_the_containers_words(certs: TlsFiles) -> None:
