@@ -32,14 +32,7 @@ MIN_SPEED, MAX_SPEED = 0.5, 2.0  # Kokoro's speeds (the usual declaration)
 
 @dataclass(frozen=True, slots=True)
 class Capabilities:
-    """With ``timestamps=True`` (asked only of an engine that declares ``Capabilities.timestamps``)
-the iterator also yields a ``gateway.timestamps.WordTimes`` before the audio it describes: the
-words of that audio, as written, in samples at ``sample_rate`` from the first sample of the
-segment's audio as yielded (trimmed silence accounted for), clamped into it. A segment made
-in several model calls (over 510 phonemes) yields one per call, each before that call's audio
-and already offset by the audio yielded before it. Without ``timestamps`` only bytes come.
-
-What an engine can do, declared once (some of it only known after ``start``)."""
+    """What an engine can do, declared once (some of it only known after ``start``)."""
 
     voices: tuple[Voice, ...] = ()
     default_voice: str = ""
