@@ -84,6 +84,7 @@ class Settings:
     fake_fail_after: int = -1  # raise after this many chunks (-1 = never)
     fake_hang: bool = False
     fake_chunk_ms: int = 200
+    fake_pause_ms: float = 0.0  # silence after the first word of each segment (shows in word times)
 
     # the agent behind `prompt` (gateway/agent): simulated (offline stand-in) | openai | bedrock
     agent_backend: str = "simulated"

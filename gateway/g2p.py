@@ -31,7 +31,11 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .timestamps import Token
+
 log = logging.getLogger(__name__)
+Tokens = list[Token] | None  # the G2P's words and their phonemes; None: it gives no word boundaries
+Convert = Callable[[str], tuple[str, Tokens]]
 
 ROUTES = ("misaki", "espeak")
 # Kokoro's language letters read by espeak-ng, with the espeak voice (hexgrad's LANG_CODES)
@@ -93,7 +97,7 @@ def is_japanese(text: str) -> bool:
     return ja > 0 and ja >= len(_LATIN.findall(text))
 
 
-def _load_misaki(british: bool = False, nlp: Any = None) -> tuple[Callable[[str], str], Any]:
+def _load_misaki(british: bool = False, nlp: Any = None) -> tuple[Convert, Any]:
     """misaki's English G2P (American, or British with its British lexicon and espeak fallback);
     returns it and the spaCy pipeline, which the other variant can share."""
     from misaki import en, espeak
@@ -113,10 +117,15 @@ def _load_misaki(british: bool = False, nlp: Any = None) -> tuple[Callable[[str]
         g2p.lexicon = en.Lexicon(british)
     g2p.fallback = espeak.EspeakFallback(british=british)
     g2p.unk = ""  # drop what neither the lexicon nor espeak can read, rather than "❓"
-    return (lambda text: g2p(text)[0]), nlp
+
+    def convert(text: str) -> tuple[str, Tokens]:
+        phonemes, tokens = g2p(text)
+        return phonemes, [Token(t.text, t.phonemes or "") for t in tokens]
+
+    return convert, nlp
 
 
-def _load_espeak(language: str = "en-us") -> Callable[[str], str]:
+def _load_espeak(language: str = "en-us") -> Convert:
     """espeak-ng (the library bundled in espeakng-loader) through misaki's Kokoro symbol map."""
     from misaki import espeak
 
@@ -124,10 +133,10 @@ def _load_espeak(language: str = "en-us") -> Callable[[str], str]:
     # phonemizer warns "words count mismatch" whenever punctuation splits a line differently;
     # the output is still right. Its backend resets the logger's level when built, hence after.
     logging.getLogger("phonemizer").setLevel(logging.ERROR)
-    return lambda text: g2p(text)[0]
+    return lambda text: (g2p(text)[0], None)
 
 
-def _load_chinese() -> Callable[[str], str]:
+def _load_chinese() -> Convert:
     """misaki's Mandarin G2P (jieba, pypinyin, cn2an: dictionaries inside the packages)."""
     try:
         import jieba
@@ -138,10 +147,10 @@ def _load_chinese() -> Callable[[str], str]:
             f"ordered-set): reinstall the gateway ({exc})") from exc
     jieba.setLogLevel(logging.WARNING)  # it logs its dictionary build at INFO on every start
     g2p = zh.ZHG2P(version=None, unk="")  # Kokoro v1.0's phoneme set
-    return lambda text: g2p(text)[0]
+    return lambda text: (g2p(text)[0], None)
 
 
-def _load_japanese() -> Callable[[str], str] | None:
+def _load_japanese() -> Convert | None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # same open_text as misaki's
@@ -150,7 +159,7 @@ def _load_japanese() -> Callable[[str], str] | None:
         log.info("Japanese G2P unavailable (install pyopenjtalk-plus); Japanese text is read as English")
         return None
     g2p = JAG2P()
-    return lambda text: g2p(text)
+    return lambda text: (g2p(text), None)
 
 
 class UnsupportedLanguage(G2PError):
@@ -172,18 +181,18 @@ class Phonemizer:
             raise ValueError(f"unknown G2P route {route!r}; choose one of {', '.join(ROUTES)}")
         self.route = route
         self._nlp: Any = None
-        self._g2p: dict[str, Callable[[str], str]] = {"a": self._english(False)}
+        self._g2p: dict[str, Convert] = {"a": self._english(False)}
         self._japanese = _load_japanese() if japanese else None
         # spaCy, misaki's token state and the espeak-ng library are not safe to share across threads
         self._lock = threading.Lock()
 
-    def _english(self, british: bool) -> Callable[[str], str]:
+    def _english(self, british: bool) -> Convert:
         if self.route == "espeak":
             return _load_espeak("en-gb" if british else "en-us")
         convert, self._nlp = _load_misaki(british, self._nlp)
         return convert
 
-    def _load(self, lang: str) -> Callable[[str], str]:
+    def _load(self, lang: str) -> Convert:
         if lang == "b":
             return self._english(True)
         if lang == "z":
@@ -197,9 +206,15 @@ class Phonemizer:
         return self._japanese is not None
 
     def __call__(self, text: str, lang: str = "a") -> str:
+        return self.with_tokens(text, lang)[0]
+
+    def with_tokens(self, text: str, lang: str = "a") -> tuple[str, Tokens]:
+        """The phonemes, and the words they spell where the G2P says (misaki's tokens: each
+        word as written and its phonemes); None where it does not (espeak-ng, Mandarin,
+        Japanese: ``timestamps.guess_tokens`` pairs them up instead)."""
         text = text.strip()
         if not text:
-            return ""
+            return "", []
         with self._lock:
             if lang == "j":
                 use_ja = self._japanese is not None and is_japanese(text)
@@ -208,4 +223,5 @@ class Phonemizer:
                 if lang not in self._g2p:
                     self._g2p[lang] = self._load(lang)
                 convert = self._g2p[lang]
-            return convert(text).strip()
+            phonemes, tokens = convert(text)
+            return phonemes.strip(), tokens

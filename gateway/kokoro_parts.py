@@ -24,6 +24,7 @@ import numpy as np
 from . import voicecatalog, voicestore
 from .errors import BadRequest
 from .g2p import UnsupportedLanguage
+from .timestamps import SegmentWords, Token, WordTimes, guess_tokens
 
 log = logging.getLogger(__name__)
 P = TypeVar("P")
@@ -107,6 +108,20 @@ def phonemize(phonemizer: Callable[[str, str], str], vocab: dict[str, int], text
     return known_symbols(phonemes, vocab)
 
 
+def phonemize_words(phonemizer: Any, vocab: dict[str, int], text: str, voice: str) -> tuple[str, list[Token], bool]:
+    """``phonemize``, and the words the phonemes spell (each token's phonemes filtered the
+    same way): the G2P's own tokens where it gives them (exact, True), else
+    ``timestamps.guess_tokens`` (False)."""
+    try:
+        raw, tokens = phonemizer.with_tokens(text, voicecatalog.language_of(voice))
+    except UnsupportedLanguage as exc:
+        raise BadRequest(str(exc), code="unsupported_language") from None
+    phonemes = known_symbols(raw, vocab)
+    if tokens is None:
+        return phonemes, guess_tokens(text, phonemes), False
+    return phonemes, [Token(t.text, known_symbols(t.phonemes, vocab)) for t in tokens], True
+
+
 def known_symbols(phonemes: str, vocab: dict[str, int]) -> str:
     """Only the symbols the model knows; the result's length is its token count."""
     return "".join(c for c in phonemes if c in vocab)
@@ -174,7 +189,14 @@ def _split_words(clause: str, limit: int) -> list[str]:
 
 
 def trim_silence(audio: np.ndarray, lead_s: float = LEAD_S, tail_s: float = TAIL_S) -> np.ndarray:
-    """Keep ``lead_s`` before the first and ``tail_s`` after the last voiced 10 ms frame.
+    """Keep ``lead_s`` before the first and ``tail_s`` after the last voiced 10 ms frame."""
+    start, end = trim_bounds(audio, lead_s, tail_s)
+    return audio[start:end]
+
+
+def trim_bounds(audio: np.ndarray, lead_s: float = LEAD_S, tail_s: float = TAIL_S) -> tuple[int, int]:
+    """What ``trim_silence`` keeps, ``audio[start:end]``: ``start`` is the samples it cuts at
+    the front (word times count from there).
 
     A frame is voiced when its RMS is within 40 dB of the loudest frame and above -60 dBFS:
     the model's padding sits near -75 dBFS or lower, soft consonants around -45 dBFS.
@@ -182,15 +204,37 @@ def trim_silence(audio: np.ndarray, lead_s: float = LEAD_S, tail_s: float = TAIL
     frame = SAMPLE_RATE // 100
     n = len(audio) // frame
     if n == 0:
-        return audio
+        return 0, len(audio)
     rms = np.sqrt(np.mean(audio[: n * frame].reshape(n, frame) ** 2, axis=1))
     threshold = max(float(rms.max()) * 0.01, 0.001)
     voiced = np.flatnonzero(rms > threshold)
     if voiced.size == 0:
-        return audio[:0]
-    start = max(0, voiced[0] * frame - int(lead_s * SAMPLE_RATE))
-    end = min(len(audio), (voiced[-1] + 1) * frame + int(tail_s * SAMPLE_RATE))
-    return audio[start:end]
+        return 0, 0
+    start = max(0, int(voiced[0]) * frame - int(lead_s * SAMPLE_RATE))
+    end = min(len(audio), (int(voiced[-1]) + 1) * frame + int(tail_s * SAMPLE_RATE))
+    return start, end
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """One model call's audio, trimmed, with what word timing needs."""
+
+    audio: np.ndarray  # float32, the silence trimmed
+    durations: np.ndarray  # frames per input token, pads included (sum: the untrimmed length)
+    start: int  # samples trimmed from the front
+
+    @classmethod
+    def trimmed(cls, audio: np.ndarray, durations: Any) -> "Rendered":
+        start, end = trim_bounds(audio)
+        return cls(audio[start:end], np.asarray(durations).ravel().astype(np.int64), start)
+
+    def items(self, words: SegmentWords | None, index: int) -> list[bytes | WordTimes]:
+        """What an engine yields for this call, piece ``index`` of its segment: the piece's
+        ``WordTimes`` when ``words`` is kept, then its PCM; nothing when it has no audio."""
+        times = words.piece(index, self.durations, self.start, self.audio.size) if words else None
+        if not self.audio.size:
+            return []
+        return [*([times] if times is not None else []), to_pcm16(self.audio)]
 
 
 def to_pcm16(audio: np.ndarray) -> bytes:

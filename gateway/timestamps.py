@@ -15,10 +15,12 @@ approximation, marked as such in ``WordTimes.exact``.
 """
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
+log = logging.getLogger(__name__)
 FRAME = 600  # samples per duration frame
 _WORD = re.compile(r"[\w'’]+(?:[-.,:/][\w'’]+)*", re.UNICODE)
 _PUNCT_ONLY = re.compile(r"^[\W_]+$", re.UNICODE)
@@ -51,6 +53,18 @@ class WordTimes:
     words: tuple[Word, ...]
     exact: bool = True  # False where the G2P gave no word boundaries (``guess_tokens``)
 
+    def shifted(self, offset: int) -> "WordTimes":
+        return WordTimes(tuple(w.shifted(offset) for w in self.words), self.exact)
+
+    @classmethod
+    def from_ms(cls, words: Iterable[Mapping[str, Any]], rate: int, exact: bool = True) -> "WordTimes":
+        """The wire form back (``[{word, start_ms, end_ms}]``, ms from the segment's first sample)."""
+        out = []
+        for w in words:
+            start = round(float(w["start_ms"]) * rate / 1000)
+            out.append(Word(str(w["word"]), start, max(start, round(float(w["end_ms"]) * rate / 1000))))
+        return cls(tuple(out), exact)
+
     def to_ms(self, offset_samples: int, rate: int, limit_samples: int | None = None) -> list[dict[str, object]]:
         """The wire form: ``[{word, start_ms, end_ms}]`` on a timeline ``offset_samples`` later."""
         out = []
@@ -61,6 +75,16 @@ class WordTimes:
             out.append({"word": w.word, "start_ms": round(1000 * start / rate),
                         "end_ms": round(1000 * end / rate)})
         return out
+
+
+def words_event(event: Mapping[str, Any], rate: int, who: str = "the container") -> WordTimes | None:
+    """The model container's ``words`` event (``{type, sentence, words: [{word, start_ms,
+    end_ms}]}``) as ``WordTimes``; None for other events, and for a malformed one (logged)."""
+    try:
+        return WordTimes.from_ms(event["words"], rate) if event.get("type") == "words" else None
+    except (KeyError, TypeError, ValueError) as exc:
+        log.warning("%s sent a malformed words event (%s): %.200r", who, exc, event)
+        return None
 
 
 def words_of(text: str) -> list[str]:
@@ -145,3 +169,42 @@ def word_times(tokens: Iterable[Token], phonemes: str, durations: Sequence[int],
             start, end = max(start, 0), max(end, 0)
         out.append(Word(word, start, max(start, end)))
     return WordTimes(tuple(out), exact)
+
+
+def tokens_by_piece(tokens: Sequence[Token], phonemes: str, pieces: Sequence[str]) -> list[list[Token]]:
+    """``tokens`` (of all of ``phonemes``) shared out to the pieces the model is called on
+    (``kokoro_parts.split_phonemes``: substrings of ``phonemes`` in order, cut at spaces)."""
+    ends, pos = [], 0
+    for piece in pieces:
+        at = phonemes.find(piece, pos)
+        pos = (at if at >= 0 else pos) + len(piece)
+        ends.append(pos)
+    out: list[list[Token]] = [[] for _ in pieces]
+    cursor, k = 0, 0
+    for tok in tokens:
+        ph = tok.phonemes.strip()
+        at = phonemes.find(ph, cursor) if ph else -1
+        if at < 0 or not out:
+            continue
+        cursor = at + len(ph)
+        while k < len(ends) - 1 and at >= ends[k]:
+            k += 1
+        out[k].append(tok)
+    return out
+
+
+class SegmentWords:
+    """One segment's words, handed out per model call (piece), each piece's on the segment's
+    timeline: offset by the audio of the pieces before it."""
+
+    def __init__(self, tokens: Sequence[Token], phonemes: str, pieces: Sequence[str], exact: bool = True) -> None:
+        self.pieces, self.exact, self.offset = list(pieces), exact, 0
+        self._tokens = tokens_by_piece(tokens, phonemes, self.pieces)
+
+    def piece(self, index: int, durations: Sequence[int], trim_start: int, length: int) -> WordTimes:
+        """Piece ``index``'s words: the model's ``durations`` for it, ``trim_start`` samples cut
+        from the front of its audio, ``length`` samples kept."""
+        times = word_times(self._tokens[index], self.pieces[index], durations, trim_start=trim_start,
+                           length=length, exact=self.exact).shifted(self.offset)
+        self.offset += length
+        return times

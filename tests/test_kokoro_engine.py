@@ -170,3 +170,50 @@ async def test_unset_folder_says_which_setting() -> None:
     engine = KokoroEngine(load_settings(env={}, overrides={"engine": "kokoro"}))
     with pytest.raises(EngineError, match="kokoro_dir"):
         await engine.start()
+
+
+async def test_kokoro_engine_word_times_come_from_pred_dur(tmp_path: Path) -> None:
+    """``pred_dur`` (one frame a token here: the duration head is zeroed) places each word:
+    a word lasts its phonemes' frames, words follow in order inside the audio, and a text over
+    510 phonemes gives one WordTimes per piece, before that piece's audio, on one timeline."""
+    from gateway.kokoro_parts import split_phonemes
+    from gateway.timestamps import WordTimes, words_of
+
+    from .test_embedded import LONG
+
+    config = write_model_folder(tmp_path)
+    per_frame = samples_per_frame(config)
+    settings = load_settings(env={}, overrides={"engine": "kokoro", "kokoro_dir": str(tmp_path), "kokoro_device": "cpu"})
+    engine = KokoroEngine(settings)
+    await engine.start()
+    try:
+        assert engine.capabilities.timestamps
+        model = engine._model
+        assert model is not None
+        phonemes = model.tokens(model.phonemize("Hello there."))
+        audio, durations = model.forward(phonemes, "af_test", 1.0)
+        assert durations.tolist() == [1] * (len(phonemes) + 2) and audio.size == durations.sum() * per_frame
+
+        for text in ("Hello there, this is a somewhat longer sentence to speak.", LONG):
+            _, tokens = model.phonemize.with_tokens(text)
+            assert tokens is not None
+            symbols = {t.text: len(model.tokens(t.phonemes)) for t in tokens}
+            pieces = split_phonemes(model.tokens(model.phonemize(text)))
+            items = [x async for x in engine.synthesize(text, voice="af_test", speed=1.0, timestamps=True)]
+            kinds = ["words" if isinstance(x, WordTimes) else "audio" for x in items]
+            assert kinds == ["words", "audio"] * len(pieces)  # one model call a piece, words first
+            samples, last = 0, 0
+            for times, pcm in zip(items[::2], items[1::2]):
+                size = len(pcm) // 2
+                assert times.exact and times.words
+                for w in times.words:
+                    assert last <= w.start < w.end <= samples + size
+                    if w.end < samples + size:  # not clamped at the piece's end: its phonemes' frames
+                        assert w.end - w.start == symbols[w.word] * per_frame, w
+                    last = w.end
+                samples += size
+            assert [w.word for t in items[::2] for w in t.words] == words_of(text)
+        plain = [x async for x in engine.synthesize("Hello there.", voice="af_test", speed=1.0)]
+        assert plain and all(isinstance(x, bytes) for x in plain)
+    finally:
+        await engine.aclose()

@@ -1,7 +1,8 @@
 """Word spans from per-token durations (gateway/timestamps.py), on hand-made durations."""
 from __future__ import annotations
 
-from gateway.timestamps import FRAME, Token, guess_tokens, word_times, words_of
+from gateway.kokoro_parts import split_phonemes
+from gateway.timestamps import FRAME, SegmentWords, Token, WordTimes, guess_tokens, word_times, words_event, words_of
 
 
 def test_spans_follow_the_durations_of_each_words_phonemes() -> None:
@@ -41,3 +42,26 @@ def test_guessed_tokens_cover_the_phonemes_in_order_otherwise() -> None:
     assert [t.text for t in toks] == ["你好世界", "ok"]
     assert " ".join(t.phonemes for t in toks) == phonemes + " ˈOkA"
     assert all(t.phonemes for t in toks)
+
+
+def test_pieces_get_their_own_tokens_and_later_pieces_are_offset() -> None:
+    # three "words" of 4 symbols; a limit of 10 cuts after the comma
+    tokens = [Token("aa", "abab"), Token("bb", "abab"), Token(",", ","), Token("cc", "cdcd")]
+    phonemes = "abab abab, cdcd"
+    pieces = split_phonemes(phonemes, limit=10)
+    assert pieces == ["abab abab,", "cdcd"]
+    words = SegmentWords(tokens, phonemes, pieces)
+    first = words.piece(0, [1] * 12, trim_start=FRAME, length=8 * FRAME)  # pad, 10 symbols, pad
+    assert [(w.word, w.start, w.end) for w in first.words] == [("aa", 0, 4 * FRAME), ("bb", 5 * FRAME, 8 * FRAME)]
+    second = words.piece(1, [2, 1, 1, 1, 1, 3], trim_start=0, length=9 * FRAME)
+    assert [(w.word, w.start, w.end) for w in second.words] == [("cc", 10 * FRAME, 14 * FRAME)]
+
+
+def test_the_containers_words_event_back_in_samples() -> None:
+    wire = WordTimes(tuple(word_times([Token("Hi", "hI"), Token("you", "ju")], "hI ju", [2, 3, 4, 1, 5, 6, 1]).words))
+    event = {"type": "words", "sentence": 0, "words": wire.to_ms(0, 24000)}
+    back = words_event(event, 24000)
+    assert back is not None and [(w.word, w.start, w.end) for w in back.words] == [
+        (w.word, w.start, w.end) for w in wire.words]
+    assert words_event({"type": "done"}, 24000) is None
+    assert words_event({"type": "words", "words": [{"word": "x"}]}, 24000) is None  # malformed: logged, skipped

@@ -162,6 +162,18 @@ def test_exact_mode_is_the_whole_model_bit_for_bit(model: Model, vocoder: Stream
 
 
 @pytest.mark.slow
+def test_encoded_durations_are_per_token_and_sum_to_the_frames(model: Model, vocoder: StreamingVocoder) -> None:
+    for phonemes, speed in ((WEATHER, 1.0), (TURN, 1.3)):
+        tokens, style = inputs(model, phonemes)
+        enc = vocoder.encode(tokens, style, speed)
+        assert enc.durations is not None and len(enc.durations) == len(tokens) + 2  # the pads too
+        assert enc.durations.min() >= 1 and int(enc.durations.sum()) == enc.frames
+        start, stop = vocoder.span(enc)  # what stream_encoded yields: word times count from start
+        assert (start, stop) == voiced_span(enc.energy, vocoder.policy.lead, vocoder.policy.tail)
+        assert sum(len(c) for c in vocoder.stream_encoded(enc, style, VOICE, mode="exact")) == (stop - start) * FRAME
+
+
+@pytest.mark.slow
 def test_frozen_with_the_sentences_own_statistics_is_the_whole_model(model: Model, vocoder: StreamingVocoder) -> None:
     tokens, style = inputs(model, TURN)
     enc = vocoder.encode(tokens, style, 1.0)

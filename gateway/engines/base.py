@@ -6,6 +6,13 @@ yielded in chunks as soon as each exists. Closing the iterator early (``aclose``
 the engine's remaining work for that segment: that is how a client's ``cancel`` or disconnect
 reaches the model.
 
+With ``timestamps=True`` (asked only of an engine that declares ``Capabilities.timestamps``)
+the iterator also yields a ``gateway.timestamps.WordTimes`` before the audio it describes: the
+words of that audio, as written, in samples at ``sample_rate`` from the first sample of the
+segment's audio as yielded (trimmed silence accounted for), clamped into it. A segment made
+in several model calls (over 510 phonemes) yields one per call, each before that call's audio
+and already offset by the audio yielded before it. Without ``timestamps`` only bytes come.
+
 What an engine can do (voices, speeds, vocoder modes, ...) it declares once, in its
 ``capabilities``; request options are checked against that declaration in one place
 (``gateway.options``), so ``synthesize`` takes its arguments as given.
@@ -16,6 +23,7 @@ from dataclasses import dataclass, fields
 from typing import Any, AsyncIterator, Protocol, TypeVar, runtime_checkable
 
 from ..errors import NotReady
+from ..timestamps import WordTimes
 from ..voicecatalog import Voice
 
 S = TypeVar("S")
@@ -40,7 +48,7 @@ class Capabilities:
     default_vocoder: str | None = None
     #: segments with less audio than this go to the exact model even when streaming
     exact_below_s: float = 0.0
-    #: word timestamps along with the audio (none yet)
+    #: ``synthesize(..., timestamps=True)`` yields each piece's ``WordTimes`` before its audio
     timestamps: bool = False
 
     @property
@@ -76,13 +84,15 @@ class Engine(Protocol):
     async def aclose(self) -> None: ...
 
     def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
-                   buffered_s: float = 0.0) -> AsyncIterator[bytes]:
+                   buffered_s: float = 0.0, timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:
         """Yield s16le mono PCM chunks for ``text``. Raise ``EngineError`` on failure.
 
         The arguments are taken as given: ``gateway.options`` checked them against
         ``capabilities``. Hints for engines that stream inside a segment (the others ignore
         them): ``vocoder`` picks the mode (None: the declared default), and ``buffered_s`` is
-        the audio the listener holds and has not heard yet, as the core estimates it.
+        the audio the listener holds and has not heard yet, as the core estimates it. With
+        ``timestamps`` (engines that declare them), ``WordTimes`` come before the audio they
+        describe (see the module's docstring); otherwise only bytes.
         """
         ...
 

@@ -12,7 +12,10 @@ audio was already yielded (a retry would repeat it), is an ``EngineError``. A se
 early (cancel, timeout) closes its socket, which stops the container's synthesis too.
 
 Voices come from the container's ``GET /v1/voices`` at ``start()``, which waits for the
-container's engine to be loaded.
+container's engine to be loaded; so does ``timestamps`` (its field there; absent: False).
+No protocol flag asks for them: the container sends ``words {sentence, words: [{word, start_ms,
+end_ms}]}`` before each sentence's audio whenever its engine has them (ms from the reply's,
+here the segment's, first sample); they become ``WordTimes`` when asked for, else are dropped.
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ from yarl import URL
 
 from ..config import Settings, section
 from ..errors import CLIENT_CODES, BadRequest, EngineError, EngineTimeout, GatewayError, NotReady
+from ..timestamps import WordTimes, words_event
 from .base import EngineBase, Voice
 
 log = logging.getLogger(__name__)
@@ -113,8 +117,9 @@ def container_error(event: dict[str, Any]) -> GatewayError:
     return EngineError(f"container: {message}", code=code)
 
 
-def container_event(data: str | bytes, sample_rate: int, who: str = "the container") -> bool:
-    """Handle one JSON event of the container's protocol; True at the segment's end."""
+def container_event(data: str | bytes, sample_rate: int, who: str = "the container") -> dict[str, Any]:
+    """One JSON event of the container's protocol, checked (an ``error`` event raises); its
+    ``type`` is ``done`` at the segment's end."""
     try:
         event = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError):
@@ -126,7 +131,7 @@ def container_event(data: str | bytes, sample_rate: int, who: str = "the contain
         raise EngineError(f"{who} speaks {event['sample_rate']} Hz, expected {sample_rate}")
     if kind == "error":
         raise container_error(event)
-    return kind == "done"
+    return event
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +183,7 @@ class ContainerEngine(EngineBase):
         default_mode = body.get("default_vocoder") or ("frozen-first" if "frozen-first" in modes else
                                                        (modes[0] if modes else None))
         self.declare(voices=voices, default_voice=str(body.get("default") or (voices[0].id if voices else "")),
-                     vocoder_modes=modes, default_vocoder=default_mode)
+                     vocoder_modes=modes, default_vocoder=default_mode, timestamps=bool(body.get("timestamps")))
 
     async def _fetch_voices(self, http: aiohttp.ClientSession) -> dict[str, Any]:
         """Wait for the container's ``/ping`` (its engine loaded), then ``GET /v1/voices``."""
@@ -220,18 +225,19 @@ class ContainerEngine(EngineBase):
             await http.close()
 
     async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
-                         buffered_s: float = 0.0) -> AsyncIterator[bytes]:
-        """Yield the container's PCM for ``text``; one retry on a fresh socket before any audio."""
+                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:
+        """Yield the container's PCM for ``text`` (with ``timestamps``, its ``words`` events as
+        ``WordTimes`` before the audio); one retry on a fresh socket before anything came."""
         self.require(self._http)
         for attempt in (1, 2):
             yielded = False
             try:
                 # aclosing: a consumer that stops early closes the socket now, not at GC
-                segment = self._segment(text, voice, speed, vocoder, buffered_s, fresh=attempt > 1)
+                segment = self._segment(text, voice, speed, vocoder, buffered_s, timestamps, fresh=attempt > 1)
                 async with contextlib.aclosing(segment) as chunks:
-                    async for pcm in chunks:
+                    async for item in chunks:
                         yielded = True
-                        yield pcm
+                        yield item
                 return
             except LostSocket as exc:
                 if yielded or attempt > 1:
@@ -241,7 +247,7 @@ class ContainerEngine(EngineBase):
                 await self.pool.clear()  # the others are likely as stale (a restarted container)
 
     async def _segment(self, text: str, voice: str, speed: float, vocoder: str | None, buffered_s: float,
-                       *, fresh: bool) -> AsyncIterator[bytes]:
+                       timestamps: bool, *, fresh: bool) -> AsyncIterator[bytes | WordTimes]:
         ws = await self.pool.acquire(fresh=fresh)
         done = False
         try:
@@ -265,9 +271,12 @@ class ContainerEngine(EngineBase):
                     if cut:
                         yield data[:cut]
                 elif msg.type == aiohttp.WSMsgType.TEXT:
-                    if container_event(msg.data, self.sample_rate):
+                    event = container_event(msg.data, self.sample_rate)
+                    if event.get("type") == "done":
                         done = True
                         return
+                    if timestamps and (times := words_event(event, self.sample_rate)) is not None:
+                        yield times
                 else:  # CLOSE, CLOSING, CLOSED, ERROR
                     raise LostSocket(f"container closed the socket ({ws.close_code}, {msg.extra or msg.data})")
         finally:

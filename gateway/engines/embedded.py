@@ -27,9 +27,11 @@ from ..config import Settings, section
 from ..errors import BadRequest, EngineError, NotReady
 from ..g2p import ROUTES
 from ..kokoro_parts import (
-    MAX_TOKENS, SAMPLE_RATE, describe_voices, load_voice_packs, split_phonemes, to_pcm16, trim_silence,
+    MAX_TOKENS, SAMPLE_RATE, Rendered, describe_voices, load_voice_packs, split_phonemes, to_pcm16, trim_silence,
     voice_order,
 )
+from ..timestamps import SegmentWords, WordTimes
+from ..vocoder.chunked import FRAME
 from ..vocoder.chunked import MODES as VOCODER_MODES
 from .base import EngineBase
 from .embedded_vocoder import VocoderHost
@@ -85,7 +87,7 @@ class EmbeddedEngine(EngineBase):
         self.declare(voices=describe_voices(sorted(ids, key=voice_order), default), default_voice=default,
                      blends=True, vocoder_modes=VOCODER_MODES if streams else (),
                      default_vocoder=o.vocoder if streams else None,
-                     exact_below_s=o.vocoder_exact_below_s)
+                     exact_below_s=o.vocoder_exact_below_s, timestamps=True)
         self.max_concurrency = o.workers
         self.calls = 0  # inference calls started: lets tests see cancelled work stop
         self.load_report: LoadReport | None = None
@@ -156,29 +158,38 @@ class EmbeddedEngine(EngineBase):
         return await self._run(lambda: model.phonemes(text, voice or self.default_voice), "G2P")
 
     async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
-                         buffered_s: float = 0.0) -> AsyncIterator[bytes]:
+                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:
         """Yield s16le PCM for ``text``: per piece of at most ``MAX_TOKENS`` phonemes with the
         whole model, or per vocoder chunk when streaming inside the segment.
 
         ``vocoder`` (default: the declared default) picks the mode; ``buffered_s`` is the audio
         the listener holds and has not heard yet (the core's estimate), so ``frozen-first``
-        streams only a segment that would otherwise keep them waiting. Closing the generator
-        early starts no further inference for this text; a call already running finishes in
-        its thread and its audio is dropped.
+        streams only a segment that would otherwise keep them waiting. With ``timestamps``,
+        each piece's ``WordTimes`` (from the duration predictor, on the segment's timeline)
+        comes before its audio. Closing the generator early starts no further inference for
+        this text; a call already running finishes in its thread and its audio is dropped.
         """
         model = self.require(self._model)
         mode = vocoder or self.capabilities.default_vocoder
-        phonemes = await self.phonemes(text, voice)
+        phonemes, tokens, exact = await self._run(lambda: model.phonemes_words(text, voice), "G2P")
+        pieces = split_phonemes(phonemes)
+        words = SegmentWords(tokens, phonemes, pieces, exact) if timestamps else None
         streamer = self.host.streamer(voice) if mode in ("frozen", "frozen-first") else None
-        for piece in split_phonemes(phonemes):
+        for index, piece in enumerate(pieces):
             if streamer is None:
-                audio = await self._run(lambda p=piece: self._infer(model, p, voice, speed), "inference")
-                if audio.size:
-                    yield to_pcm16(audio)
+                out: Rendered = await self._run(lambda p=piece: self._infer(model, p, voice, speed), "inference")
+                for item in out.items(words, index):
+                    yield item
                 continue
             ids = [model.vocab[c] for c in piece]
             style = model.style(voice)[len(ids) - 1].reshape(1, 256)
-            chunks = streamer.synthesize_chunks(ids, style, speed, voice, mode=mode, buffered_s=buffered_s)
+            enc = await self._run(lambda i=ids, st=style: streamer.encode(i, st, speed), "inference")
+            start, stop = streamer.span(enc)
+            if words is not None:  # the audio below starts at frame ``start`` of the model's
+                times = words.piece(index, enc.durations, start * FRAME, max(0, stop - start) * FRAME)
+                if stop > start:
+                    yield times
+            chunks = streamer.stream_encoded(enc, style, voice, mode=mode, buffered_s=buffered_s)
             while (audio := await self._run(lambda c=chunks: self._next_chunk(c), "inference")) is not None:
                 if audio.size:
                     yield to_pcm16(audio)
@@ -188,7 +199,7 @@ class EmbeddedEngine(EngineBase):
             self.calls += 1
         return next(chunks, None)
 
-    def _infer(self, model: KokoroModel, piece: str, voice: str, speed: float) -> np.ndarray:
+    def _infer(self, model: KokoroModel, piece: str, voice: str, speed: float) -> Rendered:
         with self._calls_lock:
             self.calls += 1
         return model.infer(piece, voice, speed)

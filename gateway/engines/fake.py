@@ -2,7 +2,9 @@
 
 A real engine with knobs for speed (``fake_rtf``), first-chunk delay, injected
 failure and hangs, never a mock. Each word becomes 180 ms of a tone whose pitch depends on
-the word, followed by 60 ms of silence, so duration is predictable from the text.
+the word, followed by 60 ms of silence (both divided by the speed), so duration is
+predictable from the text; ``fake_pause_ms`` adds that much silence after the first word of
+each segment. Word timestamps are the tones' spans, so the pause shows up in them.
 """
 from __future__ import annotations
 
@@ -15,16 +17,17 @@ import numpy as np
 
 from ..config import Settings, section
 from ..errors import EngineError
+from ..timestamps import Word, WordTimes, words_of
 from .base import EngineBase, Voice
 
 WORD_S = 0.18
 GAP_S = 0.06
 
 
-def fake_duration_s(text: str, speed: float = 1.0) -> float:
+def fake_duration_s(text: str, speed: float = 1.0, pause_ms: float = 0.0) -> float:
     """Seconds of audio the fake engine makes for ``text``: what tests assert against."""
     words = len(text.split())
-    return round(words * (WORD_S + GAP_S) / speed * 24000) / 24000 if words else 0.0
+    return round((words * (WORD_S + GAP_S) / speed + pause_ms / 1000) * 24000) / 24000 if words else 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +39,7 @@ class FakeSettings:
     fail_after: int  # raise after this many chunks (-1 = never)
     hang: bool
     chunk_ms: int
+    pause_ms: float  # silence after each segment's first word
 
 
 class FakeEngine(EngineBase):
@@ -52,7 +56,7 @@ class FakeEngine(EngineBase):
         self.declare(voices=(
             Voice("tone_a", "en-US", "neutral", "fake 220-440 Hz tones", default=True),
             Voice("tone_b", "en-US", "neutral", "fake 330-660 Hz tones"),
-        ), default_voice="tone_a")
+        ), default_voice="tone_a", timestamps=True)
 
     async def start(self) -> None:
         return None
@@ -61,20 +65,31 @@ class FakeEngine(EngineBase):
         return None
 
     def render(self, text: str, voice: str, speed: float) -> np.ndarray:
+        return self.render_timed(text, voice, speed)[0]
+
+    def render_timed(self, text: str, voice: str, speed: float) -> tuple[np.ndarray, WordTimes]:
+        """The segment's PCM and its words' spans (each word's tone)."""
         base = 220.0 if voice == "tone_a" else 330.0
         word_n = int(round(WORD_S / speed * self.sample_rate))
         gap = np.zeros(int(round(GAP_S / speed * self.sample_rate)), np.int16)
+        pause = np.zeros(int(round(self.options.pause_ms / 1000 * self.sample_rate)), np.int16)
         t = np.arange(word_n) / self.sample_rate
         envelope = np.sin(np.pi * np.arange(word_n) / word_n)  # rises and falls like a syllable
-        parts = []
-        for word in text.split():
+        parts: list[np.ndarray] = []
+        words: list[Word] = []
+        at = 0
+        for k, word in enumerate(text.split()):
             freq = base * (1 + (zlib.crc32(word.encode()) % 100) / 100)
             tone = 0.4 * envelope * np.sin(2 * np.pi * freq * t)
-            parts += [(tone * 32767).astype(np.int16), gap]
-        return np.concatenate(parts) if parts else np.zeros(0, np.int16)
+            if written := " ".join(words_of(word)):
+                words.append(Word(written, at, at + word_n))
+            parts += [(tone * 32767).astype(np.int16), gap, *([pause] if k == 0 and pause.size else [])]
+            at += word_n + gap.size + (pause.size if k == 0 else 0)
+        pcm = np.concatenate(parts) if parts else np.zeros(0, np.int16)
+        return pcm, WordTimes(tuple(words))
 
     async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
-                         buffered_s: float = 0.0) -> AsyncIterator[bytes]:
+                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:
         s = self.options
         self.calls += 1
         self.active += 1
@@ -83,7 +98,9 @@ class FakeEngine(EngineBase):
                 await asyncio.sleep(s.first_delay_ms / 1000)
             if s.hang:
                 await asyncio.Event().wait()
-            pcm = self.render(text, voice, speed)
+            pcm, words = self.render_timed(text, voice, speed)
+            if timestamps and pcm.size:
+                yield words
             step = max(1, int(self.sample_rate * s.chunk_ms / 1000))
             loop = asyncio.get_running_loop()
             t0 = loop.time()

@@ -30,9 +30,10 @@ from ..config import Settings, section
 from ..errors import BadRequest, EngineError, NotReady
 from ..g2p import ROUTES
 from ..kokoro_parts import (
-    MAX_TOKENS, SAMPLE_RATE, Blends, choose_default, describe_voices, known_symbols, load_voice_packs, phonemize,
-    split_phonemes, to_pcm16, trim_silence,
+    MAX_TOKENS, SAMPLE_RATE, Blends, Rendered, choose_default, describe_voices, known_symbols, load_voice_packs,
+    phonemize_words, split_phonemes,
 )
+from ..timestamps import SegmentWords, WordTimes
 from .base import EngineBase
 
 log = logging.getLogger(__name__)
@@ -140,17 +141,27 @@ class TorchKokoro:
 
     def infer(self, phonemes: str, voice: str, speed: float) -> np.ndarray:
         """Float32 audio at 24 kHz for at most ``MAX_TOKENS`` phoneme symbols."""
+        return self.forward(phonemes, voice, speed)[0]
+
+    def render(self, phonemes: str, voice: str, speed: float) -> Rendered:
+        """``infer``'s audio with the silence trimmed, and the durations word times need."""
+        return Rendered.trimmed(*self.forward(phonemes, voice, speed))
+
+    def forward(self, phonemes: str, voice: str, speed: float) -> tuple[np.ndarray, np.ndarray]:
+        """The audio and ``pred_dur``: frames (600 samples) per input token, the two pads
+        ``KModel`` adds included; they sum to the audio's length."""
         import torch
 
         if not phonemes:
-            return np.zeros(0, np.float32)
+            return np.zeros(0, np.float32), np.zeros(0, np.int64)
         style = self.style(voice)[len(phonemes) - 1]
         with torch.inference_mode():
-            audio = self.model(phonemes, style, speed)
-        out = audio.detach().float().cpu().numpy().ravel()
+            output = self.model(phonemes, style, speed, return_output=True)
+        out = output.audio.detach().float().cpu().numpy().ravel()
         if not np.isfinite(out).all():
             raise EngineError("the kokoro model produced non-finite audio", code="engine_error")
-        return out
+        durations = output.pred_dur.detach().cpu().numpy().ravel().astype(np.int64)
+        return out, durations
 
 
 class KokoroEngine(EngineBase):
@@ -203,7 +214,8 @@ class KokoroEngine(EngineBase):
         self._executor, self._model = executor, model
         self._folder_voices = [path.stem for path in files.voices]
         default = choose_default(tuple(model.voices), self.configured_default)
-        self.declare(voices=describe_voices(model.voices, default), default_voice=default, blends=True)
+        self.declare(voices=describe_voices(model.voices, default), default_voice=default, blends=True,
+                     timestamps=True)
         t0 = time.perf_counter()
         async for _ in self.synthesize("Hi.", voice=default, speed=1.0):
             pass
@@ -216,22 +228,26 @@ class KokoroEngine(EngineBase):
             await asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True)
 
     async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
-                         buffered_s: float = 0.0) -> AsyncIterator[bytes]:
-        """Yield s16le PCM per piece of at most ``MAX_TOKENS`` phonemes, each once it is done.
+                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:
+        """Yield s16le PCM per piece of at most ``MAX_TOKENS`` phonemes, each once it is done;
+        with ``timestamps``, each piece's ``WordTimes`` (from ``pred_dur``) before its audio.
 
         Closing the generator early starts no further inference for this text; a call
         already running finishes on the worker thread and its audio is dropped.
         """
         model = self.require(self._model)
-        phonemes = await self._run(lambda: phonemize(model.phonemize, model.vocab, text, voice), "G2P")
-        for piece in split_phonemes(phonemes):
-            audio = await self._run(lambda p=piece: self._infer(model, p, voice, speed), "inference")
-            if audio.size:
-                yield to_pcm16(audio)
+        phonemes, tokens, exact = await self._run(
+            lambda: phonemize_words(model.phonemize, model.vocab, text, voice), "G2P")
+        pieces = split_phonemes(phonemes)
+        words = SegmentWords(tokens, phonemes, pieces, exact) if timestamps else None
+        for index, piece in enumerate(pieces):
+            out: Rendered = await self._run(lambda p=piece: self._infer(model, p, voice, speed), "inference")
+            for item in out.items(words, index):
+                yield item
 
-    def _infer(self, model: TorchKokoro, piece: str, voice: str, speed: float) -> np.ndarray:
+    def _infer(self, model: TorchKokoro, piece: str, voice: str, speed: float) -> Rendered:
         self.calls += 1  # only ever touched by the one worker thread
-        return trim_silence(model.infer(piece, voice, speed))
+        return model.render(piece, voice, speed)
 
     async def _run(self, fn: Any, what: str) -> Any:
         executor = self.require(self._executor)

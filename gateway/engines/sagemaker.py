@@ -15,6 +15,10 @@ Errors: the service's (``ModelStreamError``, ``InputValidationError``, ``ModelEr
 become ``EngineError`` with the service's code (its ``ErrorCode``, else the error's name); a
 container ``error`` event keeps the container's code (``unknown_voice`` as ``BadRequest``).
 
+Word timestamps: in ``stream`` mode the container's ``words`` events are forwarded as
+``WordTimes`` (declared, since the model container sends them whenever its engine has them; one
+whose engine has none sends none, and then none come); ``batch`` replies are PCM only.
+
 Voices: an endpoint lists none, so they are configured (``sagemaker_voices``, comma-separated;
 default: Kokoro-82M's English voices, as the GPU container serves). The container still checks.
 """
@@ -30,6 +34,7 @@ from typing import Any, AsyncIterator
 from ..config import Settings
 from ..errors import EngineError, EngineTimeout, GatewayError
 from ..kokoro_parts import choose_default, describe_voices
+from ..timestamps import WordTimes
 from .base import EngineBase
 from .container import SAMPLE_RATE, container_error
 from .sagemaker_stream import OPEN_TIMEOUT_S, StreamTransport, crt_transport, require_http2_sdk
@@ -83,7 +88,8 @@ class SageMakerEngine(EngineBase):
             require_http2_sdk()  # fail at construction, not on the first request
         self.max_concurrency = o.max_concurrency
         default = choose_default(o.voices, settings.default_voice)
-        self.declare(voices=describe_voices(o.voices, default), default_voice=default)
+        self.declare(voices=describe_voices(o.voices, default), default_voice=default,
+                     timestamps=o.mode == "stream")
         self.stream = StreamTransport(o.endpoint, region=o.region, endpoint_url=o.endpoint_url,
                                       ca_file=o.ca_file, timeout_s=self.timeout_s)
         self._boto: Any = None  # the boto3 client (batch mode)
@@ -119,17 +125,19 @@ class SageMakerEngine(EngineBase):
         await self.stream.aclose()
 
     async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
-                         buffered_s: float = 0.0) -> AsyncIterator[bytes]:
-        """Yield the endpoint's PCM for ``text``; closing early ends the call (and the container's work)."""
+                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:
+        """Yield the endpoint's PCM for ``text`` (stream mode with ``timestamps``: the words
+        before their audio); closing early ends the call (and the container's work)."""
+        source: AsyncIterator[bytes | WordTimes]
         if self.options.mode == "batch":
             self.require(self._boto)
             source = self._batch(text, voice, speed)
         else:
             self.stream.require_client()
-            source = self.stream.synthesize(text, voice, speed)
+            source = self.stream.synthesize(text, voice, speed, timestamps)
         async with contextlib.aclosing(source) as chunks:
-            async for pcm in chunks:
-                yield pcm
+            async for item in chunks:
+                yield item
 
     # -- batch: InvokeEndpoint --------------------------------------------------------------------
     async def _batch(self, text: str, voice: str, speed: float) -> AsyncIterator[bytes]:

@@ -6,7 +6,8 @@ PayloadParts carry the container's control messages (``start`` with ``format=pcm
 ``end``) as ``UTF8`` parts; the endpoint's sidecar makes each one WebSocket frame to the
 container and each container frame one response PayloadPart: a text frame (a JSON event)
 ``DataType=UTF8``, a binary frame (PCM) ``BINARY``; ``PARTIAL`` parts are joined up to the
-next ``COMPLETE``. After ``done`` the input is closed, which ends the stream and the
+next ``COMPLETE``. The container's ``words`` events (see ``engines.container``) become
+``WordTimes`` when asked for. After ``done`` the input is closed, which ends the stream and the
 container's socket. No pool of open streams: idle ones would count in
 ``ConcurrentRequestsPerModel``, the metric the endpoint scales on.
 """
@@ -21,6 +22,7 @@ import sys
 from typing import Any, AsyncIterator
 
 from ..errors import EngineError, EngineTimeout, NotReady
+from ..timestamps import WordTimes, words_event
 from .container import SAMPLE_RATE, container_event
 
 log = logging.getLogger(__name__)
@@ -143,7 +145,8 @@ class StreamTransport:
         if client is not None:
             await client.close()
 
-    async def synthesize(self, text: str, voice: str, speed: float) -> AsyncIterator[bytes]:
+    async def synthesize(self, text: str, voice: str, speed: float,
+                         timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:
         from awscrt.exceptions import AwsCrtError
         from smithy_core.exceptions import SmithyError
 
@@ -160,8 +163,8 @@ class StreamTransport:
                         raise
                     log.warning("stream to %s failed to open (%s); retrying once", self.endpoint, exc)
                     self.retries += 1
-            async for pcm in self._read_reply(output):
-                yield pcm
+            async for item in self._read_reply(output, timestamps):
+                yield item
         except (SmithyError, AwsCrtError, OSError) as exc:
             raise service_error(exc) from exc
         finally:
@@ -191,8 +194,9 @@ class StreamTransport:
             raise EngineTimeout(f"no stream to endpoint {self.endpoint} within {OPEN_TIMEOUT_S:g} s") from None
         return stream, output
 
-    async def _read_reply(self, output: Any) -> AsyncIterator[bytes]:
-        """PCM from BINARY parts until the container's ``done`` (a UTF8 part)."""
+    async def _read_reply(self, output: Any, timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:
+        """PCM from BINARY parts until the container's ``done`` (a UTF8 part); with
+        ``timestamps``, its ``words`` events as ``WordTimes``."""
         pending, odd = bytearray(), b""
         timeout = self.timeout_s
         while True:
@@ -212,8 +216,11 @@ class StreamTransport:
                 continue
             data, pending = bytes(pending), bytearray()
             if part.data_type == "UTF8":
-                if container_event(data, SAMPLE_RATE, "the endpoint"):
+                event = container_event(data, SAMPLE_RATE, "the endpoint")
+                if event.get("type") == "done":
                     return
+                if timestamps and (times := words_event(event, SAMPLE_RATE, "the endpoint")) is not None:
+                    yield times
                 continue
             data = odd + data  # keep chunks whole 16-bit samples, whatever the parts' sizes
             cut = len(data) - len(data) % 2

@@ -171,6 +171,12 @@ class StreamingVocoder:
     def encode(self, tokens: list[int], style: np.ndarray, speed: float) -> Encoded:
         return _encode(self._encoder, tokens, style, speed)
 
+    def span(self, enc: Encoded) -> tuple[int, int]:
+        """The frames [start, stop) of ``enc`` that ``stream_encoded`` yields (the silence
+        trimmed): its audio is ``(stop - start) * FRAME`` samples from sample ``start * FRAME``
+        of the whole model's, where word times (``enc.durations``) count from."""
+        return voiced_span(enc.energy, self.policy.lead, self.policy.tail)
+
     def _runner(self, enc: Encoded, style: np.ndarray, voice: str) -> ChunkRunner:
         if voice not in self._stats:
             raise ValueError(f"no calibrated statistics for voice {voice!r}")
@@ -203,7 +209,7 @@ class StreamingVocoder:
         """``synthesize_chunks`` from the encoder's output (for tools that alter it)."""
         _check_mode(mode)
         p = self.policy
-        start, stop = voiced_span(enc.energy, p.lead, p.tail)
+        start, stop = self.span(enc)
         runner = self._runner(enc, style, voice)
         if stop <= start:
             return

@@ -289,3 +289,34 @@ async def test_engine_reconnects_after_the_service_drops_its_connection(containe
                 assert stub.stats.streams == 1
     finally:
         await engine.aclose()
+
+
+async def test_stream_mode_forwards_the_containers_words(certs: TlsFiles) -> None:
+    """The container's ``words`` events come back through the service as ``WordTimes``, each
+    before its sentence's audio; not asked for, they are dropped."""
+    from yarl import URL
+
+    from gateway.timestamps import WordTimes, words_of
+
+    from ..test_engine_words import stand_in
+
+    text = "Sure thing. The train leaves at nine tonight"
+    async with stand_in(True) as (_, ws_url):
+        standin = Container(URL(ws_url).port or 0)
+        standin.log.close()  # no subprocess: no log
+        async with bidi_service(standin, certs) as (_, url):
+            engine = stream_engine(url, certs)
+            assert engine.capabilities.timestamps
+            await engine.start()
+            try:
+                items = [x async for x in engine.synthesize(text, voice="tone_a", speed=1.0, timestamps=True)]
+                plain = [x async for x in engine.synthesize(text, voice="tone_a", speed=1.0)]
+            finally:
+                await engine.aclose()
+    kinds = ["words" if isinstance(x, WordTimes) else "audio" for x in items]
+    assert kinds[0] == "words" and kinds.count("words") == 2 and kinds[-1] == "audio"
+    pcm = b"".join(x for x in items if isinstance(x, bytes))
+    words = [w for x in items if isinstance(x, WordTimes) for w in x.words]
+    assert [w.word for w in words] == words_of(text)
+    assert all(a.end <= b.start for a, b in zip(words, words[1:])) and words[-1].end <= len(pcm) // 2
+    assert all(isinstance(x, bytes) for x in plain) and b"".join(plain) == pcm  # type: ignore[arg-type]
