@@ -36,6 +36,7 @@ from typing import Any, AsyncIterator
 
 import numpy as np
 
+from gateway.timestamps import WordTimes
 from gateway.config import Settings
 from gateway.engines.fake import FakeEngine
 from gateway.errors import BadRequest
@@ -104,10 +105,10 @@ class PacedFakeEngine(FakeEngine):
         return self._rendered[key]
 
     async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
-                         buffered_s: float = 0.0) -> AsyncIterator[bytes]:
+                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:
         rtf = self.settings.fake_rtf
-        if not rtf:
-            async for chunk in super().synthesize(text, voice=voice, speed=speed):
+        if not rtf:  # paced below: no word times (optional per segment), as a proxy engine without them
+            async for chunk in super().synthesize(text, voice=voice, speed=speed, timestamps=timestamps):
                 yield chunk
             return
         if voice not in {v.id for v in self.voices}:

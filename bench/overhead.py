@@ -26,6 +26,7 @@ from typing import Any, AsyncIterator
 
 import aiohttp
 
+from gateway.timestamps import WordTimes
 from gateway.engines import create_engine
 from gateway.engines.base import Engine
 from gateway.segmenter import split_text
@@ -62,14 +63,18 @@ class TimedEngine:
         return getattr(self.inner, name)
 
     async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
-                         buffered_s: float = 0.0) -> AsyncIterator[bytes]:
+                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:
         if self.split_bytes:
             await asyncio.sleep(0)  # let the channel send what the last segment emitted
         call = {"t_call": time.perf_counter(), "t_first": None, "first_samples": 0}
         self.calls.append(call)
-        inner = self.inner.synthesize(text, voice=voice, speed=speed, vocoder=vocoder, buffered_s=buffered_s)
+        inner = self.inner.synthesize(text, voice=voice, speed=speed, vocoder=vocoder, buffered_s=buffered_s,
+                                      timestamps=timestamps)
         async with contextlib.aclosing(inner) as chunks:
             async for pcm in chunks:
+                if isinstance(pcm, WordTimes):
+                    yield pcm
+                    continue
                 if call["t_first"] is None:
                     call.update(t_first=time.perf_counter(), first_samples=len(pcm) // 2)
                     if self.split_bytes:

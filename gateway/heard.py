@@ -3,8 +3,8 @@
 The pipeline records each segment's text, where its audio starts on the reply's timeline and
 its words (``words`` events); the session records how far the audio it sent reaches. After
 ``cancel`` with ``played_ms`` (the client's playback position in the reply), ``heard`` gives the
-reply's text up to and including the last word that started before it; without ``played_ms``,
-what was sent. Where the engine gives no word times, whole segments that started in time.
+reply's text up to and including the last word that started before it (with the punctuation
+attached to that word); without ``played_ms``, what was sent. Where the engine gives no word times, whole segments that started in time.
 """
 from __future__ import annotations
 
@@ -62,9 +62,14 @@ class Transcript:
             ends = [end for start, end in seg.words if start < limit]
             if not ends:
                 break
-            out.append(seg.text[:ends[-1]] if len(ends) < len(seg.words) else seg.text)
-            if len(ends) < len(seg.words):
-                break
+            if len(ends) == len(seg.words):
+                out.append(seg.text)
+                continue
+            end = ends[-1]
+            while end < len(seg.text) and not seg.text[end].isspace() and not seg.text[end].isalnum():
+                end += 1  # the word's own punctuation ("three." "Four,") comes with it
+            out.append(seg.text[:end])
+            break
         return " ".join(out)
 
 

@@ -246,7 +246,6 @@ MAX_GAP_MS = 100
 HELD_SLACK_MS = 400  # held audio passes the preroll by at most about a payload
 
 
-@pytest.mark.xfail(strict=True, reason="words events not wired yet")
 async def test_karaoke_follows_the_words_and_stop_says_what_was_heard(page: Any) -> None:
     await play(page, "both", wait=False, text=LONG, fmt="mp3")
     # the highlighted word moves on with playback, on both channels

@@ -25,6 +25,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from gateway.timestamps import WordTimes
 from gateway.config import Settings
 from gateway.audio.decode import decode_mp3
 from gateway.audio.mp3 import is_whole_frames
@@ -309,9 +310,9 @@ class ModalFake(FakeEngine):
         self.asked: list[tuple[str | None, float]] = []
 
     def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
-                   buffered_s: float = 0.0) -> AsyncIterator[bytes]:
+                   buffered_s: float = 0.0, timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:
         self.asked.append((vocoder, buffered_s))
-        return super().synthesize(text, voice=voice, speed=speed)
+        return super().synthesize(text, voice=voice, speed=speed, timestamps=timestamps)
 
 
 async def test_gateway_forwards_vocoder_and_the_listeners_buffer(start_server, http: aiohttp.ClientSession) -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from bench.client import sse_stream
 from bench.servers import serve_app
+from gateway.timestamps import WordTimes
 from gateway.batch import synthesize_pcm
 from gateway.config import Settings, load_settings, section
 from gateway.container import STREAM_PATH, make_container_app
@@ -136,9 +137,9 @@ class FrozenFake(FakeEngine):
         self.modes: list[str | None] = []
 
     def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
-                   buffered_s: float = 0.0) -> AsyncIterator[bytes]:
+                   buffered_s: float = 0.0, timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:
         self.modes.append(vocoder)
-        return super().synthesize(text, voice=voice, speed=speed)
+        return super().synthesize(text, voice=voice, speed=speed, timestamps=timestamps)
 
 
 async def test_the_core_reads_no_engine_setting_and_takes_the_default_mode_from_the_engine() -> None:

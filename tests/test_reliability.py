@@ -80,7 +80,7 @@ async def test_engine_hang_times_out_per_segment(start_server, http) -> None:
 class LeakyEngine(FakeEngine):
     """Raises an unexpected exception carrying a secret: it must never reach a client."""
 
-    async def synthesize(self, text, *, voice, speed, vocoder=None, buffered_s=0.0):  # type: ignore[override]
+    async def synthesize(self, text, *, voice, speed, vocoder=None, buffered_s=0.0, timestamps=False):  # type: ignore[override]
         raise RuntimeError("db password hunter2 at /srv/secret.py line 12")
         yield b""
 

@@ -1,0 +1,121 @@
+"""Word timestamps on both channels and a barge-in that knows what was heard (issue 16).
+
+The fake engine's times are known from its construction: every word is 180 ms of tone then
+60 ms of silence (``fake_pause_ms`` adds silence after a segment's first word), so each
+expected time below is written out, not taken from the gateway.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+import aiohttp
+import pytest
+
+from bench.client import sse_stream, ws_stream
+
+from .conftest import Server, fake_settings
+
+TEXT = "One two three. Four five six."
+# (word, start_ms, end_ms) on the reply's PCM timeline: 240 ms a word, segment 2 after 720 ms
+TIMES = [("One", 0, 180), ("two", 240, 420), ("three", 480, 660),
+         ("Four", 720, 900), ("five", 960, 1140), ("six", 1200, 1380)]
+MP3_LEAD_MS = 1105 / 24  # LAME's and the decoder's delay: heard before the first sample
+
+
+def flat(result: Any) -> list[tuple[str, int, int]]:
+    return [(w["word"], w["start_ms"], w["end_ms"]) for e in result.of("words") for w in e["words"]]
+
+
+def words_before_audio(result: Any) -> None:
+    """Each sentence's `words` event comes before its first audio payload."""
+    seen: set[int] = set()
+    for _, kind, body in result.events:
+        if kind == "words":
+            seen.add(body["sentence"])
+        elif kind == "audio" and "sentence" in body:
+            assert body["sentence"] in seen, f"audio of sentence {body['sentence']} before its words"
+
+
+@pytest.mark.parametrize("channel", ["ws", "sse"])
+async def test_words_cover_the_text_in_order_with_the_engines_times(fake_server: Server, http: aiohttp.ClientSession,
+                                                                    channel: str) -> None:
+    options = {"format": "pcm", "envelope": "msgpack"} if channel == "ws" else {"format": "pcm"}
+    if channel == "ws":
+        r = await ws_stream(http, fake_server.ws_url, text=TEXT, options=options)
+    else:
+        r = await sse_stream(http, fake_server.url + "/v1/stream/sse", text=TEXT, **options)
+    assert r.done is not None
+    assert flat(r) == TIMES
+    assert [e["sentence"] for e in r.of("words")] == [0, 1]
+    words_before_audio(r)
+    assert TIMES[-1][2] <= r.done["audio_ms"]  # inside the audio
+
+
+async def test_mp3_times_include_the_encoders_lead_in(fake_server: Server, http: aiohttp.ClientSession) -> None:
+    r = await ws_stream(http, fake_server.ws_url, text=TEXT, options={"format": "mp3", "envelope": "msgpack"})
+    assert [(w, s, e) for w, s, e in flat(r)] == [(w, round(s + MP3_LEAD_MS), round(e + MP3_LEAD_MS))
+                                                  for w, s, e in TIMES]
+
+
+async def test_a_known_silence_shows_up_in_the_times(start_server, http: aiohttp.ClientSession) -> None:
+    settings = dataclasses.replace(fake_settings(), fake_pause_ms=300.0)
+    server = await start_server(settings)
+    r = await ws_stream(http, server.ws_url, text=TEXT, options={"format": "pcm"})
+    got = flat(r)
+    # the pause follows each segment's first word: "two" and "three" move by 300 ms, the second
+    # segment by 300 ms more (its own pause comes after "Four")
+    assert got == [("One", 0, 180), ("two", 540, 720), ("three", 780, 960),
+                   ("Four", 1020, 1200), ("five", 1560, 1740), ("six", 1800, 1980)]
+
+
+async def one_reply_then_cancel(ws: aiohttp.ClientWebSocketResponse, played_ms: float | None) -> dict[str, Any]:
+    """Send TEXT (no `end`: the reply stays open), take all its audio, then barge in."""
+    await ws.send_json({"type": "text", "text": TEXT})
+    await ws.send_json({"type": "flush"})
+    audio, expected = 0, round(1.44 * 24000) * 2  # 6 words x 240 ms of PCM
+    async with asyncio.timeout(20):
+        while audio < expected:
+            msg = await ws.receive()
+            if msg.type == aiohttp.WSMsgType.BINARY:
+                audio += len(msg.data)
+            elif msg.type != aiohttp.WSMsgType.TEXT:
+                raise AssertionError(f"socket ended: {msg}")
+        await ws.send_json({"type": "cancel", **({} if played_ms is None else {"played_ms": played_ms})})
+        while True:
+            msg = await ws.receive()
+            if msg.type == aiohttp.WSMsgType.TEXT and (body := msg.json())["type"] == "cancelled":
+                return body
+
+
+@pytest.mark.parametrize("played_ms,heard", [
+    (0, ""),  # before any word started
+    (100, "One"),  # inside the first word
+    (450, "One two"),  # in the gap after "two": "three" starts at 480
+    (500, "One two three."),  # inside "three": the word with its own punctuation
+    (800, "One two three. Four"),  # into the second segment
+    (60_000, TEXT),  # after the end: everything
+    (None, TEXT),  # no position: what was sent (all of it here)
+])
+async def test_cancel_with_played_ms_answers_what_was_heard(fake_server: Server, http: aiohttp.ClientSession,
+                                                            played_ms: float | None, heard: str) -> None:
+    async with http.ws_connect(fake_server.ws_url) as ws:
+        await ws.send_json({"type": "start", "format": "pcm"})
+        body = await one_reply_then_cancel(ws, played_ms)
+        assert (body["played_ms"], body["heard_text"]) == (played_ms, heard)
+        # the socket goes on: the next reply starts afresh and is heard from its own start
+        again = await one_reply_then_cancel(ws, 100)
+        assert again["heard_text"] == "One"
+
+
+@pytest.mark.parametrize("played", ["soon", -5, True])
+async def test_a_bad_played_ms_is_a_clear_error(fake_server: Server, http: aiohttp.ClientSession, played: object) -> None:
+    async with http.ws_connect(fake_server.ws_url) as ws:
+        await ws.send_json({"type": "start", "format": "pcm"})
+        await ws.send_json({"type": "cancel", "played_ms": played})
+        async with asyncio.timeout(10):
+            while (msg := await ws.receive()).type == aiohttp.WSMsgType.TEXT and msg.json()["type"] == "ready":
+                pass
+        assert msg.type == aiohttp.WSMsgType.TEXT and msg.json()["type"] == "error", msg
+        assert msg.json()["code"] == "invalid_message"
