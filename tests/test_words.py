@@ -119,3 +119,25 @@ async def test_a_bad_played_ms_is_a_clear_error(fake_server: Server, http: aioht
                 pass
         assert msg.type == aiohttp.WSMsgType.TEXT and msg.json()["type"] == "error", msg
         assert msg.json()["code"] == "invalid_message"
+
+
+async def test_words_come_through_the_model_container_with_the_same_times(http: aiohttp.ClientSession) -> None:
+    """A GPU deployment gives the same events: gateway (container engine) -> the model
+    container's own app (here on the fake engine) -> words on the gateway's channels."""
+    from bench.servers import serve_app, serve_gateway
+    from gateway.container import STREAM_PATH, make_container_app
+    from gateway.engines.fake import FakeEngine
+
+    settings = fake_settings()
+    async with serve_app(make_container_app(settings, FakeEngine(settings))) as container:
+        ws_url = container.replace("http://", "ws://") + STREAM_PATH
+        # the gateway stops first: it holds sockets to the container, whose clean-up would wait
+        async with serve_gateway(fake_settings(engine="container", container_url=ws_url)) as (url, _):
+            async with http.get(url + "/v1/voices") as r:
+                assert (await r.json())["timestamps"] is True
+            for fmt, lead in (("pcm", 0.0), ("mp3", MP3_LEAD_MS)):
+                r = await ws_stream(http, url.replace("http://", "ws://") + "/v1/stream/ws", text=TEXT,
+                                    options={"format": fmt, "envelope": "msgpack"})
+                assert r.done is not None, r.events
+                assert flat(r) == [(w, round(s + lead), round(e + lead)) for w, s, e in TIMES]
+                words_before_audio(r)
