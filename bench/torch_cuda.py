@@ -46,10 +46,10 @@ RATE = 24000
 
 def kmodel_class() -> Any:
     """``kokoro.model.KModel`` without running ``kokoro/__init__`` (it imports misaki)."""
-    spec = importlib.util.find_spec("kokoro")
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("the kokoro package is not installed")
     if "kokoro" not in sys.modules:
+        spec = importlib.util.find_spec("kokoro")
+        if spec is None or not spec.submodule_search_locations:
+            raise SystemExit("the kokoro package is not installed")
         pkg = types.ModuleType("kokoro")
         pkg.__path__ = list(spec.submodule_search_locations)
         sys.modules["kokoro"] = pkg
