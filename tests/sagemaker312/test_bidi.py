@@ -147,7 +147,7 @@ async def test_sdk_parts_out_and_back(container: Container, certs: TlsFiles) -> 
             await stream.close()
         finally:
             await client.close()
-    assert [e["type"] for e in events] == ["ready", "sentence", "done"]
+    assert [e["type"] for e in events] == ["ready", "sentence", "words", "done"]
     assert bytes(pcm) == render(text, "tone_b")  # the container's PCM, byte for byte, out of 4 KiB parts
     assert "PARTIAL" in states and stub.stats.parts_out == len(states)
     assert stub.stats.parts_in == 3 and stub.stats.streams == 1 and stub.stats.unsigned_frames == 0
