@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench.torch_cuda import CONFIG
 from gateway.config import load_settings
 from gateway.errors import BadRequest, EngineError
 
@@ -36,20 +37,9 @@ def hub_offline(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
 
 
-KOKORO_82M_CONFIG = {
-    "istftnet": {
-        "upsample_kernel_sizes": [20, 12], "upsample_rates": [10, 6], "gen_istft_hop_size": 5,
-        "gen_istft_n_fft": 20, "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5], [1, 3, 5]],
-        "resblock_kernel_sizes": [3, 7, 11], "upsample_initial_channel": 512,
-    },
-    "dim_in": 64, "dropout": 0.2, "hidden_dim": 512, "max_conv_dim": 512, "max_dur": 50,
-    "multispeaker": True, "n_layer": 3, "n_mels": 80, "n_token": 178, "style_dim": 128,
-    "text_encoder_kernel_size": 5,
-    "plbert": {
-        "hidden_size": 768, "num_attention_heads": 12, "intermediate_size": 2048,
-        "max_position_embeddings": 512, "num_hidden_layers": 12, "dropout": 0.1,
-    },
-}
+KOKORO_82M_CONFIG = CONFIG  # Kokoro-82M's architecture (bench/torch_cuda.py holds it once)
+
+
 MODULES = ("bert", "bert_encoder", "predictor", "text_encoder", "decoder")
 
 
