@@ -39,12 +39,11 @@ class Transcript:
             return
         for w in words:
             word, start = str(w["word"]), float(w["start_ms"])  # type: ignore[arg-type]
-            at = _find_word(seg.text, word, seg.cursor)
-            if at < 0:
+            end = _word_end(seg.text, word, seg.cursor)
+            if end < 0:
                 continue
-            whole = seg.text.startswith(word, at)
-            seg.cursor = at + (len(word) if whole else len(word.split()[0]))
-            seg.words.append((start, seg.cursor))
+            seg.cursor = end
+            seg.words.append((start, end))
 
     def sent(self, end_ms: float) -> None:
         self.sent_ms = max(self.sent_ms, end_ms)
@@ -73,10 +72,10 @@ class Transcript:
         return " ".join(out)
 
 
-def _find_word(text: str, word: str, start: int) -> int:
-    """``word`` (as written; several words joined by spaces for one token) in ``text`` from
-    ``start``; -1 if absent."""
-    at = text.find(word, start)
-    if at < 0 and " " in word:
-        at = text.find(word.split()[0], start)
-    return at
+def _word_end(text: str, word: str, start: int) -> int:
+    """Where ``word`` (as written; several words joined by spaces for one token, of which the
+    first is enough) ends in ``text`` after ``start``; -1 if absent."""
+    for part in (word, word.split()[0]) if " " in word else (word,):
+        if (at := text.find(part, start)) >= 0:
+            return at + len(part)
+    return -1
