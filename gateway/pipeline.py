@@ -207,6 +207,7 @@ class Pipeline:
                     started = index
                     self.transcript.started(index, self._ms(self.encoded))
                 await self._encode(item, index)
+            self.transcript.complete(index)
             index += 1
         if not self.listener.samples:  # never a reply that ends without a sound
             await self.out.put(error_event(NothingToSpeak(
