@@ -261,10 +261,17 @@ class Pipeline:
             "total_ms": self.elapsed_ms(),
         }
 
-    async def stop(self) -> None:
-        """Stop every stage (the hub stops an engine call nobody else follows)."""
-        for task in self.tasks:
+    async def stop(self, *, but: asyncio.Task[Any] | None = None) -> None:
+        """Stop every stage (the hub stops an engine call nobody else follows); ``but``: a
+        task of the pipeline's that stops the others and goes on (an agent turn that failed)."""
+        tasks = [task for task in self.tasks if task is not but]
+        for task in tasks:
             task.cancel()
-        for task in self.tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if not tasks:
+            return
+        # not `await task` under suppress(CancelledError): that would swallow a cancel of the
+        # task calling stop() too (a cancel of the failed agent turn that is stopping the rest)
+        await asyncio.wait(tasks)
+        for task in tasks:
+            if not task.cancelled() and (exc := task.exception()) is not None:
+                raise exc

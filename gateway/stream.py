@@ -131,8 +131,9 @@ class StreamSession:
                 await self.out.put(Event("text", {"delta": token, "t_ms": p.elapsed_ms()}))
                 p.feed(token)
         except AgentError as exc:  # the turn ends here with `error`; a conversation goes on
-            p.tasks.remove(asyncio.current_task())  # type: ignore[arg-type]
-            await p.stop()
+            # this task stays among the pipeline's: a cancel meanwhile stops it, error and all
+            # (nothing of a cancelled turn may follow its `cancelled`)
+            await p.stop(but=asyncio.current_task())
             await self.out.put(Event("error", exc.to_dict()))
             return
         if not p.ended:
