@@ -97,6 +97,7 @@ class Pipeline:
         self.transcript = Transcript()  # what the reply said, when; what the listener heard
         self.encoded = 0  # samples given to the encoder so far: the reply's timeline
         self.ended = False
+        self.cut = self.segments_done = 0  # segments made by the segmenter / all encoded
         self.t_input: float | None = None  # first input of this reply
         self.stats = {"sentences": 0, "audio_bytes": 0, "payloads": 0}
         self.ttfb_ms: float | None = None
@@ -128,6 +129,12 @@ class Pipeline:
                 self.first_segment_ms = self.elapsed_ms()
             self.pending.append(piece)
             self.texts.put_nowait(piece)
+            self.cut += 1
+
+    @property
+    def busy(self) -> bool:
+        """Segments are cut and not all encoded yet: the reply is at work."""
+        return self.cut > self.segments_done
 
     def elapsed_ms(self) -> float:
         return round((time.perf_counter() - (self.t_input or time.perf_counter())) * 1000, 1)
@@ -209,6 +216,7 @@ class Pipeline:
                 await self._encode(item, index)
             self.transcript.complete(index)
             index += 1
+            self.segments_done = index
         if not self.listener.samples:  # never a reply that ends without a sound
             await self.out.put(error_event(NothingToSpeak(
                 "nothing to speak: the text has no letter or digit the voice can read")))

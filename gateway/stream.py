@@ -86,6 +86,11 @@ class StreamSession:
             "agent": self.agent.label if self.agent is not None else None,
         }
 
+    @property
+    def busy(self) -> bool:
+        """A reply is in progress: segments at work, an agent turn streaming, events unsent."""
+        return self.pipeline.busy or self.turn is not None or not self.out.empty()
+
     def requested_vocoder(self) -> str | None:
         return self.options.vocoder or self.default_vocoder()
 
@@ -124,6 +129,19 @@ class StreamSession:
         p.mark_input()  # the reply is timed from the prompt
         self.turn = turn = self.conversation.start(prompt, p.transcript)
         p.tasks.append(asyncio.create_task(self._run_agent(p, turn)))
+
+    def speak_options(self, *, whole: bool) -> None:
+        """The options' own input: their ``prompt`` as the first turn (it wins over ``text``, as
+        on SSE), else their ``text``, flushed (``whole``: as the whole reply, ended)."""
+        o = self.options
+        if o.prompt.strip():
+            self.push_prompt(o.prompt)
+        elif o.text.strip():
+            self.push_text(o.text)
+            if whole:
+                self.end()
+            else:
+                self.flush()
 
     async def _run_agent(self, p: Pipeline, turn: Turn) -> None:
         try:
