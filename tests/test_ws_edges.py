@@ -9,6 +9,8 @@ from typing import Any
 import aiohttp
 from yarl import URL
 
+from gateway.engines.fake import FakeEngine
+
 from .conftest import Server, fake_settings
 
 Events = list[tuple[str, Any]]
@@ -146,3 +148,32 @@ async def test_a_reply_at_work_is_not_idle(start_server, http) -> None:
         await ws.send_json({"type": "end"})
         events = await read_to_close(ws)
     assert "closing" not in kinds(events) and kinds(events)[-1] == "done" and ws.close_code == 1000
+
+
+class SlowLoadingEngine(FakeEngine):
+    """Loads once ``loaded`` is set: a GPU engine still loading when the first client comes."""
+
+    def __init__(self, settings: Any) -> None:
+        super().__init__(settings)
+        self.loaded = asyncio.Event()
+
+    async def start(self) -> None:
+        await self.loaded.wait()
+
+
+async def test_a_start_waiting_for_the_engine_is_not_idle(http) -> None:
+    """Issue 22, item 3: a client whose ``start`` waits for the engine to load has a message
+    in hand: no idle close however long the load takes (here 3 idle timeouts)."""
+    from bench.servers import serve_app
+    from gateway.app import make_app
+
+    settings = fake_settings(ws_idle_timeout_s=0.2)
+    engine = SlowLoadingEngine(settings)
+    async with serve_app(make_app(settings, engine)) as url:
+        async with http.ws_connect(url.replace("http://", "ws://") + "/v1/stream/ws") as ws:
+            await ws.send_json({"type": "start", "format": "pcm", "text": "One two."})
+            await ws.send_json({"type": "end"})
+            await asyncio.sleep(0.6)
+            engine.loaded.set()
+            events = await read_to_close(ws)
+    assert "closing" not in kinds(events) and kinds(events)[-1] == "done", events

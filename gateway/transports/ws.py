@@ -216,17 +216,18 @@ class WsChannel(Channel):
 
     async def run(self) -> None:
         if (self.query.get("text") or "").strip() or (self.query.get("prompt") or "").strip():
-            async with self.client_errors():  # the session starts as the socket opens
-                await self.start_session({}, whole=True)
+            with self.idle.held():  # the session starts as the socket opens
+                async with self.client_errors():
+                    await self.start_session({}, whole=True)
         async for msg in self.ws:
-            self.idle.touch()
             if self.rate_limited and not self.limiter.allow(time.monotonic()):
                 raise Fatal(WSCloseCode.POLICY_VIOLATION, "rate_limited",
                             f"more than {self.gw.settings.ws_messages_per_s:g} messages a second")
-            if msg.type == WSMsgType.TEXT:
-                await self.on_text(msg.data)
-            elif msg.type == WSMsgType.BINARY:
-                await self.on_binary(bytes(msg.data))
+            with self.idle.held():  # not idle while a message is handled (a start waits for the engine)
+                if msg.type == WSMsgType.TEXT:
+                    await self.on_text(msg.data)
+                elif msg.type == WSMsgType.BINARY:
+                    await self.on_binary(bytes(msg.data))
             if self.ws.closed:
                 break
 

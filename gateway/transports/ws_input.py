@@ -3,8 +3,9 @@ protocol's numbers: close codes for errors, frame header sizes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from aiohttp import WSCloseCode
 
@@ -55,9 +56,21 @@ class IdleClock:
         self.timeout_s, self.busy = timeout_s, busy
         self.loop = asyncio.get_running_loop()
         self.last = self.loop.time()
+        self.holds = 0  # client messages being handled
 
     def touch(self) -> None:
         self.last = self.loop.time()
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """A client message: never idle while it is handled, and the clock restarts after it."""
+        self.holds += 1
+        self.touch()
+        try:
+            yield
+        finally:
+            self.holds -= 1
+            self.touch()
 
     async def expired(self) -> None:
         """Return once the socket is idle (never, with a timeout of 0)."""
@@ -67,7 +80,7 @@ class IdleClock:
             await asyncio.sleep(max(0.0, self.last + self.timeout_s - self.loop.time()))
             if self.loop.time() - self.last < self.timeout_s:
                 continue  # touched meanwhile
-            if not self.busy():
+            if not self.holds and not self.busy():
                 return
             self.touch()  # a reply still at work (a slow segment): look again a timeout later
 
