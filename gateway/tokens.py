@@ -74,8 +74,8 @@ def verify(key: bytes, token: str, *, now: float | None = None) -> Grant:
     appears in the message)."""
     body, _, signature = token.rpartition(".")
     parts = body.split(".")
-    if len(parts) != 4 or parts[0] != VERSION or not hmac.compare_digest(
-            signature.encode("ascii", "replace"), _sign(key, body).encode("ascii")):
+    if not token.isascii() or len(parts) != 4 or parts[0] != VERSION or not hmac.compare_digest(
+            signature.encode("ascii"), _sign(key, body).encode("ascii")):
         raise Unauthorized("the token is malformed, altered or signed with another key", code="invalid_token")
     _, expires, names, _nonce = parts
     if not (expires.isascii() and expires.isdigit()):

@@ -15,6 +15,8 @@ from typing import Awaitable, Callable
 
 import aiohttp
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bench.client import sse_stream, ws_stream
 
@@ -190,3 +192,57 @@ async def test_websocket_sessions_reach_the_access_log(start_server: ServerFacto
     await asyncio.sleep(0.2)  # and no third line (aiohttp's own) after it
     ws_lines = [line for line in access_lines(caplog) if "GET /v1/stream/ws" in line]
     assert len(ws_lines) == 2, ws_lines  # one per session, never twice
+
+
+# -- the parsers under generated input (bounded: the suite stays fast) ---------------------------
+_hop = st.one_of(st.ip_addresses().map(str), st.text(max_size=12), st.sampled_from(["unknown", "_hidden", '"[::1]:80"']))
+
+
+@settings(max_examples=150, deadline=None)
+@given(peer=st.ip_addresses().map(str), hops=st.lists(_hop, max_size=5),
+       protos=st.lists(st.text(max_size=6), max_size=5), trusted=st.sampled_from(["", "10.0.0.0/8", "0.0.0.0/0, ::/0"]))
+def test_forwarded_parsing_never_invents_a_client(peer: str, hops: list[str], protos: list[str], trusted: str) -> None:
+    from gateway.proxies import Forwarding, parse_trusted, resolve
+
+    nets = parse_trusted(trusted)
+    client, scheme = resolve(peer, Forwarding(tuple(hops), tuple(protos)), nets)
+    readable = {str(a) for a in (_as_ip(h) for h in [peer, *hops]) if a is not None}
+    assert client == peer or client in readable  # the peer or an address some hop named
+    if not any(_as_ip(peer) in net for net in nets):
+        assert (client, scheme) == (peer, None)  # nothing forwarded is believed from anyone else
+    assert scheme in (None, "http", "https", "ws", "wss")
+
+
+def _as_ip(text: str):  # the parser's own reading of a hop
+    from gateway.proxies import _address
+
+    return _address(text)
+
+
+@settings(max_examples=150, deadline=None)
+@given(key=st.sampled_from(["token", "access_token", "%74oken", "voice", "tokens"]),
+       value=st.text(alphabet=st.characters(blacklist_characters="&;#\"' \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0"),
+                     min_size=1, max_size=20),
+       before=st.sampled_from(["", "voice=a&", "x=1;"]))
+def test_redacted_lines_keep_no_credential(key: str, value: str, before: str) -> None:
+    from gateway.accesslog import redact
+
+    line = f'GET /v1/stream/ws?{before}{key}={value} HTTP/1.1'
+    out = redact(line)
+    if key in ("token", "access_token", "%74oken"):
+        assert out == f"GET /v1/stream/ws?{before}{key}=*** HTTP/1.1"
+    else:
+        assert out == line
+    assert redact(out) == out
+
+
+@settings(max_examples=200, deadline=None)
+@given(token=st.one_of(st.text(max_size=80), st.builds(lambda a, b: f"v1.{a}.{b}", st.text(max_size=20), st.text(max_size=60))))
+def test_any_string_as_a_token_is_refused_cleanly(token: str) -> None:
+    from gateway import tokens
+    from gateway.errors import Unauthorized
+
+    with pytest.raises(Unauthorized) as info:
+        tokens.verify(tokens.derive_key("k"), token)
+    assert info.value.code == "invalid_token"
+    assert len(token) < 8 or token not in info.value.message  # never echoed
