@@ -292,7 +292,7 @@ async function loadVoices() {
     $('#notice').textContent = `Could not load voices: ${err}`;
   }
   try { // the vocoder choice only where the engine streams inside a sentence
-    const ready = await (await fetch('/readyz')).json();
+    const ready = await (await fetch('/readyz', { headers: authHeaders() })).json();
     const vocoder = ready.vocoder;
     if (ready.agent) { // who answers `prompt`: the simulated stand-in, or the model's name
       demo.agent = ready.agent;
