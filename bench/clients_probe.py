@@ -36,6 +36,7 @@ async def livekit(url: str, text: str, **options: Any) -> dict[str, float]:
 
 
 async def pipecat(url: str, text: str) -> dict[str, float]:
+    import openai
     from pipecat.frames.frames import EndFrame, Frame, StartFrame, TTSAudioRawFrame, TTSSpeakFrame
     from pipecat.pipeline.pipeline import Pipeline
     from pipecat.pipeline.runner import PipelineRunner
@@ -57,14 +58,17 @@ async def pipecat(url: str, text: str) -> dict[str, float]:
                 self.samples += len(frame.audio) // 2
             await self.push_frame(frame, direction)
 
-    sink = Sink()
-    task = PipelineTask(Pipeline([OpenAITTSService(api_key="unused", base_url=url + "/v1"), sink]),
-                        params=PipelineParams(audio_out_sample_rate=RATE))
+    sink, http = Sink(), openai.DefaultAsyncHttpxClient()
+    tts = OpenAITTSService(api_key="unused", base_url=url + "/v1", http_client=http)
+    task = PipelineTask(Pipeline([tts, sink]), params=PipelineParams(audio_out_sample_rate=RATE))
     runner = asyncio.create_task(PipelineRunner(handle_sigint=False).run(task))
-    await sink.started.wait()  # the pipeline's own start-up is not the TTS's latency
-    t0 = time.perf_counter()
-    await task.queue_frames([TTSSpeakFrame(text), EndFrame()])
-    await runner
+    try:
+        await sink.started.wait()  # the pipeline's own start-up is not the TTS's latency
+        t0 = time.perf_counter()
+        await task.queue_frames([TTSSpeakFrame(text), EndFrame()])
+        await runner
+    finally:
+        await http.aclose()
     return _result(t0, sink.first, sink.samples)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+import openai
 from pipecat.frames.frames import EndFrame, ErrorFrame, Frame, TTSAudioRawFrame, TTSSpeakFrame
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.runner import PipelineRunner
@@ -37,7 +38,8 @@ class AudioSink(FrameProcessor):
 
 async def test_pipecat_openai_tts_in_a_pipeline_streams_the_whole_reply(gateway: Gateway, gate: Gate) -> None:
     text = reply("pipecat")
-    tts = OpenAITTSService(api_key="unused", base_url=gateway.url + "/v1")
+    http = openai.DefaultAsyncHttpxClient()  # ours to close: the service leaves its client open
+    tts = OpenAITTSService(api_key="unused", base_url=gateway.url + "/v1", http_client=http)
     sink = AudioSink(gate)
     task = PipelineTask(Pipeline([tts, sink]), params=PipelineParams(audio_out_sample_rate=RATE))
     await task.queue_frames([TTSSpeakFrame(text), EndFrame()])
@@ -48,6 +50,7 @@ async def test_pipecat_openai_tts_in_a_pipeline_streams_the_whole_reply(gateway:
         opener.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await opener
+        await http.aclose()
     assert not sink.errors
     assert gate.shut_at_first_audio is True, "first audio came only after the last segment was synthesized"
     assert sink.rates == {RATE}
