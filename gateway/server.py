@@ -65,7 +65,11 @@ async def serve_wyoming(settings: Settings, port: int) -> None:
 
     engine = create_engine(settings)
     gw = build_gateway(settings, engine)
-    await engine.start()
+    try:
+        await engine.start()
+    except Exception as exc:
+        log.exception("engine %s failed to load", engine.name)
+        raise SystemExit(f"engine {engine.name} failed to load: {exc}") from None
     gw.ready.set()
     server = AsyncTcpServer(settings.host, port)
     stop = asyncio.Event()
