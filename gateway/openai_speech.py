@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import logging
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Mapping
 
@@ -40,8 +39,6 @@ from .options import StreamOptions, check_bitrate, check_sample_rate, parse_bool
 from .speakable import speakable
 from .state import GATEWAY, Gateway
 from .voicecatalog import OPENAI_VOICES
-
-log = logging.getLogger(__name__)
 
 MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts", "kokoro")
 RESPONSE_FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm", "ulaw", "alaw")
