@@ -14,7 +14,9 @@ from wyoming.tts import (Synthesize, SynthesizeChunk, SynthesizeStart, Synthesiz
                          SynthesizeVoice)
 
 from bench.procs import ServerProcess
-from gateway.engines.fake import fake_duration_s
+from gateway.engines.fake import FakeEngine, fake_duration_s
+
+from .conftest import fake_settings
 
 RATE = 24000
 FIRST, SECOND = "Good evening, the lights are off.", "The front door is locked."
@@ -63,11 +65,16 @@ async def test_describe_lists_every_voice_and_language(client: AsyncTcpClient) -
     assert {v.name: v.languages for v in program.voices} == {"tone_a": ["en-US"], "tone_b": ["en-US"]}
 
 
-@pytest.mark.parametrize("voice", [None, SynthesizeVoice(name="tone_b"), SynthesizeVoice(language="en_US")])
-async def test_synthesize_streams_the_reply_as_pcm(client: AsyncTcpClient, voice: SynthesizeVoice | None) -> None:
+@pytest.mark.parametrize("voice,expected", [(None, "tone_a"), (SynthesizeVoice(name="tone_b"), "tone_b"),
+                                            (SynthesizeVoice(language="en_US"), "tone_a"),
+                                            (SynthesizeVoice(language="en"), "tone_a")])
+async def test_synthesize_streams_the_reply_as_pcm(client: AsyncTcpClient, voice: SynthesizeVoice | None,
+                                                   expected: str) -> None:
     await client.write_event(Synthesize(text=f"{FIRST} {SECOND}", voice=voice).event())
     pcm = await audio_run(client)
     assert len(pcm) == samples(FIRST, SECOND) * 2
+    # the fake engine's tones, word by word in the voice chosen: the very samples
+    assert pcm == FakeEngine(fake_settings()).render(f"{FIRST} {SECOND}", expected, 1.0).tobytes()
 
 
 async def test_streaming_text_speaks_a_sentence_before_the_text_ends(client: AsyncTcpClient) -> None:

@@ -52,15 +52,19 @@ def describe(gw: Gateway) -> Info:
 
 
 def voice_for(gw: Gateway, voice: SynthesizeVoice | None) -> str | None:
-    """The voice id a request names (checked later with the others), the first voice of the
-    language it names, or None for the default."""
+    """The voice id a request names (checked later with the others); else a voice of the
+    language it names (``en_US``, ``en-US``; ``en`` takes any English one), the default voice
+    first where it speaks it; else None for the default."""
     if voice is None or voice.name:
         return voice.name if voice else None
     if not voice.language:
         return None
     wanted = voice.language.replace("_", "-").lower()
-    for candidate in (v for v in gw.engine.voices if v.language.lower() in (wanted, wanted.split("-")[0])):
-        return candidate.id
+    voices = sorted(gw.engine.voices, key=lambda v: not v.default)
+    for same in (lambda lang: lang == wanted, lambda lang: lang.split("-")[0] == wanted.split("-")[0]):
+        for candidate in voices:
+            if same(candidate.language.lower()):
+                return candidate.id
     languages = sorted({v.language for v in gw.engine.voices})
     raise BadRequest(f"no voice speaks {voice.language!r}; languages: {', '.join(languages)}",
                      code="unknown_language")
