@@ -39,10 +39,10 @@ async def pipecat(url: str, text: str) -> dict[str, float]:
     import openai
     from pipecat.frames.frames import EndFrame, Frame, StartFrame, TTSAudioRawFrame, TTSSpeakFrame
     from pipecat.pipeline.pipeline import Pipeline
-    from pipecat.pipeline.runner import PipelineRunner
-    from pipecat.pipeline.task import PipelineParams, PipelineTask
+        from pipecat.pipeline.worker import PipelineParams, PipelineWorker
     from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
     from pipecat.services.openai.tts import OpenAITTSService
+from pipecat.workers.runner import WorkerRunner
 
     class Sink(FrameProcessor):
         def __init__(self) -> None:
@@ -60,13 +60,15 @@ async def pipecat(url: str, text: str) -> dict[str, float]:
 
     sink, http = Sink(), openai.DefaultAsyncHttpxClient()
     tts = OpenAITTSService(api_key="unused", base_url=url + "/v1", http_client=http)
-    task = PipelineTask(Pipeline([tts, sink]), params=PipelineParams(audio_out_sample_rate=RATE))
-    runner = asyncio.create_task(PipelineRunner(handle_sigint=False).run(task))
+    worker = PipelineWorker(Pipeline([tts, sink]), params=PipelineParams(audio_out_sample_rate=RATE))
+    runner = WorkerRunner(handle_sigint=False)
+    await runner.add_workers(worker)
+    running = asyncio.create_task(runner.run())
     try:
         await sink.started.wait()  # the pipeline's own start-up is not the TTS's latency
         t0 = time.perf_counter()
-        await task.queue_frames([TTSSpeakFrame(text), EndFrame()])
-        await runner
+        await worker.queue_frames([TTSSpeakFrame(text), EndFrame()])
+        await running
     finally:
         await http.aclose()
     return _result(t0, sink.first, sink.samples)

@@ -1,5 +1,5 @@
 """Pipecat's ``OpenAITTSService`` (``pipecat-ai``), unchanged but for ``base_url``, in a real
-``Pipeline`` run by a ``PipelineRunner``: the whole reply arrives as PCM audio frames, the
+``Pipeline`` (a ``PipelineWorker`` run by a ``WorkerRunner``): the whole reply arrives as PCM audio frames, the
 first of them while the reply's last segment is still held back by the fake engine's gate."""
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import contextlib
 import openai
 from pipecat.frames.frames import EndFrame, ErrorFrame, Frame, TTSAudioRawFrame, TTSSpeakFrame
 from pipecat.pipeline.pipeline import Pipeline
-from pipecat.pipeline.runner import PipelineRunner
-from pipecat.pipeline.task import PipelineParams, PipelineTask
+from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.services.openai.tts import OpenAITTSService
+from pipecat.workers.runner import WorkerRunner
 
 from .conftest import Gate, Gateway
 from .replies import RATE, expected_samples, reply
@@ -41,11 +41,13 @@ async def test_pipecat_openai_tts_in_a_pipeline_streams_the_whole_reply(gateway:
     http = openai.DefaultAsyncHttpxClient()  # ours to close: the service leaves its client open
     tts = OpenAITTSService(api_key="unused", base_url=gateway.url + "/v1", http_client=http)
     sink = AudioSink(gate)
-    task = PipelineTask(Pipeline([tts, sink]), params=PipelineParams(audio_out_sample_rate=RATE))
-    await task.queue_frames([TTSSpeakFrame(text), EndFrame()])
+    worker = PipelineWorker(Pipeline([tts, sink]), params=PipelineParams(audio_out_sample_rate=RATE))
+    await worker.queue_frames([TTSSpeakFrame(text), EndFrame()])
+    runner = WorkerRunner(handle_sigint=False)
+    await runner.add_workers(worker)
     opener = asyncio.create_task(gate.open_if_starved())
     try:
-        await asyncio.wait_for(PipelineRunner(handle_sigint=False).run(task), 60)
+        await asyncio.wait_for(runner.run(), 60)
     finally:
         opener.cancel()
         with contextlib.suppress(asyncio.CancelledError):
