@@ -55,11 +55,14 @@ class Probe:
 
     async def ask(self, client: str, url: str, text: str) -> dict[str, Any]:
         assert self.proc is not None and self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write((json.dumps({"client": client, "url": url, "text": text}) + "\n").encode())
-        await self.proc.stdin.drain()
-        line = await asyncio.wait_for(self.proc.stdout.readline(), 120)
+        try:
+            self.proc.stdin.write((json.dumps({"client": client, "url": url, "text": text}) + "\n").encode())
+            await self.proc.stdin.drain()
+            line = await asyncio.wait_for(self.proc.stdout.readline(), 120)
+        except ConnectionError:
+            line = b""
         if not line:
-            raise RuntimeError("the clients' probe exited")
+            raise RuntimeError(f"the clients' probe ({self.python}) exited: its error is above")
         return json.loads(line)
 
     async def __aexit__(self, *exc: object) -> None:

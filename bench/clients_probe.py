@@ -39,10 +39,10 @@ async def pipecat(url: str, text: str) -> dict[str, float]:
     import openai
     from pipecat.frames.frames import EndFrame, Frame, StartFrame, TTSAudioRawFrame, TTSSpeakFrame
     from pipecat.pipeline.pipeline import Pipeline
-        from pipecat.pipeline.worker import PipelineParams, PipelineWorker
+    from pipecat.pipeline.worker import PipelineParams, PipelineWorker
     from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
     from pipecat.services.openai.tts import OpenAITTSService
-from pipecat.workers.runner import WorkerRunner
+    from pipecat.workers.runner import WorkerRunner
 
     class Sink(FrameProcessor):
         def __init__(self) -> None:
