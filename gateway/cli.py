@@ -46,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("text")
     synth.add_argument("-o", "--output", required=True)
     synth.add_argument("--voice", default="")
-    synth.add_argument("--format", default="", help="mp3, wav, pcm or opus (default: from the file name)")
+    synth.add_argument("--format", default="", help="mp3, wav, pcm, opus, ulaw or alaw (default: from the file name)")
+    synth.add_argument("--sample-rate", type=int, default=None, help="8000, 16000, 22050, 24000, 44100 or 48000")
     synth.add_argument("--speed", type=float, default=1.0)
     wyoming = sub.add_parser("wyoming", help="serve the voices over Home Assistant's Wyoming protocol")
     _common(wyoming)
@@ -97,7 +98,8 @@ async def synth(settings: Settings, args: argparse.Namespace) -> None:
     await engine.start()
     try:
         fmt = args.format or Path(args.output).suffix.lstrip(".") or "mp3"
-        options = parse_options({"text": args.text, "voice": args.voice, "format": fmt, "speed": args.speed}, settings, engine)
+        options = parse_options({"text": args.text, "voice": args.voice, "format": fmt, "speed": args.speed,
+                                 "sample_rate": args.sample_rate}, settings, engine)
         hub = SynthesisHub(engine, timeout_s=settings.synth_timeout_s)
         audio = await batch.synthesize(hub, options, settings)
     finally:
@@ -140,7 +142,12 @@ def main(argv: list[str] | None = None) -> int:
     settings = settings_from(args)
     logging.getLogger().setLevel(settings.log_level.upper())
     if args.command == "synth":
-        asyncio.run(synth(settings, args))
+        from .errors import GatewayError
+
+        try:
+            asyncio.run(synth(settings, args))
+        except GatewayError as exc:  # a bad voice, format or rate: say which, no traceback
+            raise SystemExit(f"synth: {exc.message}") from None
         return 0
     if args.command == "container":
         from .container import make_container_app

@@ -3,7 +3,10 @@ stream a reply, no click at a join), and ``ulaw``/``alaw`` for telephony. A sine
 goes through the real gateway on loopback and is decoded back: its length and its frequency."""
 from __future__ import annotations
 
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -184,3 +187,12 @@ async def test_channels_resample_and_keep_word_times_in_ms(start_server, http: a
     sse = await sse_stream(http, server.url + "/v1/stream/sse", text=TEXT, format="alaw", sample_rate=16000)
     assert sse.done is not None and sse.of("ready")[0]["sample_rate"] == 16000
     assert len(sse.audio) == round(N * 16000 / SR)
+
+
+def test_synth_writes_any_rate_and_refuses_a_bad_one(tmp_path: Path) -> None:
+    out = tmp_path / "reply.ulaw"
+    cmd = [sys.executable, "run_gateway.py", "synth", TEXT, "-o", str(out), "--engine", "fake"]
+    subprocess.run([*cmd, "--sample-rate", "16000"], check=True, capture_output=True, timeout=120)
+    assert out.stat().st_size == round(N * 16000 / SR)  # a byte a sample
+    bad = subprocess.run([*cmd, "--sample-rate", "11025"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1 and "sample_rate must be one of 8000" in bad.stderr and "Traceback" not in bad.stderr
