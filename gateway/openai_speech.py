@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -30,6 +29,7 @@ from . import batch
 from .config import Settings
 from .engines.base import Engine
 from .errors import BadRequest, GatewayError
+from .jsonbody import decode_object
 from .options import StreamOptions, parse_bool, parse_options
 from .speakable import speakable
 from .state import GATEWAY, Gateway
@@ -159,10 +159,7 @@ async def _stream(request: web.Request, req: SpeechRequest, gw: Gateway,
 
 async def speech(request: web.Request) -> web.StreamResponse:
     gw = request.app[GATEWAY]
-    try:
-        body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise BadRequest("the body must be a JSON object", code="invalid_json") from None
+    body = decode_object(await request.read())
     await gw.wait_ready()  # voices are known once the engine has loaded
     req = parse_speech(body, gw.settings, gw.engine)
     headers = {"Content-Type": req.content_type, "X-Speed-Applied": f"{req.options.speed:g}",

@@ -9,6 +9,7 @@ its own error shape; engines take what passes as given.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -58,11 +59,11 @@ def _text_field(raw: Mapping[str, Any], name: str, limit: int) -> str:
 def _number(raw: Mapping[str, Any], name: str, default: float) -> float:
     value = raw.get(name, default)
     try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise BadRequest(f"{name} must be a number, got {value!r}", code="invalid_option") from None
-    if number != number:  # NaN
-        raise BadRequest(f"{name} must be a number, got NaN", code="invalid_option")
+        number = math.nan if isinstance(value, bool) else float(value)  # JSON true is not 1
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int past a float's range
+        number = math.nan
+    if number != number:  # not a number, or NaN
+        raise BadRequest(f"{name} must be a number, got {value!r:.80}", code="invalid_option")
     return number
 
 
@@ -131,10 +132,10 @@ def parse_options(raw: Mapping[str, Any], settings: Settings, engine: Engine) ->
     fmt = str(raw.get("format") or raw.get("response_format") or settings.default_format).lower()
     if fmt not in FORMATS:
         raise BadRequest(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}", code="unknown_format")
-    bitrate = int(_number(raw, "bitrate", settings.default_bitrate))
-    if bitrate not in MP3_BITRATES:
+    bitrate = _number(raw, "bitrate", settings.default_bitrate)
+    if bitrate not in MP3_BITRATES:  # 64.0 is 64; 64.9 and inf are not bitrates
         raise BadRequest(
-            f"bitrate must be one of {', '.join(map(str, MP3_BITRATES))} kbps, got {bitrate}",
+            f"bitrate must be one of {', '.join(map(str, MP3_BITRATES))} kbps, got {bitrate:g}",
             code="invalid_option",
         )
     envelope = str(raw.get("envelope") or "json").lower()
@@ -145,7 +146,7 @@ def parse_options(raw: Mapping[str, Any], settings: Settings, engine: Engine) ->
         voice=voice,
         speed=speed,
         format=fmt,
-        bitrate=bitrate,
+        bitrate=int(bitrate),
         chunk_bytes=parse_chunking(raw.get("chunking")),
         envelope=envelope,
         text=_text_field(raw, "text", settings.max_text_chars),

@@ -14,6 +14,7 @@ from aiohttp import web
 from aiohttp_sse import EventSourceResponse, sse_response
 
 from ..errors import BadRequest
+from ..jsonbody import decode_object
 from ..security import check_origin
 from ..state import GATEWAY
 from ..stream import Event, StreamSession
@@ -34,13 +35,7 @@ class CountingEventSource(EventSourceResponse):
 async def _request_fields(request: web.Request) -> dict[str, Any]:
     fields: dict[str, Any] = dict(request.query)
     if request.method == "POST":
-        try:
-            body = await request.json(loads=json.loads)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise BadRequest("the body must be a JSON object", code="invalid_json") from None
-        if not isinstance(body, dict):
-            raise BadRequest("the body must be a JSON object", code="invalid_json")
-        fields.update(body)
+        fields.update(decode_object(await request.read()))
     return fields
 
 

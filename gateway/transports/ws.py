@@ -27,7 +27,7 @@ from ..security import WS_TOKEN_PROTOCOL, check_origin
 from ..state import GATEWAY, Gateway
 from ..stream import Event, StreamSession
 from .channel import Channel
-from .ws_input import Fatal, RateLimiter, validate_message
+from .ws_input import Fatal, RateLimiter, parse_message, validate_message
 
 log = logging.getLogger(__name__)
 
@@ -216,13 +216,7 @@ class WsChannel(Channel):
 
     async def on_text(self, data: str) -> None:
         try:
-            try:
-                msg = json.loads(data)
-            except json.JSONDecodeError:
-                raise BadRequest("messages must be JSON objects", code="invalid_json") from None
-            if not isinstance(msg, dict):
-                raise BadRequest("messages must be JSON objects", code="invalid_json")
-            await self.handle(msg)
+            await self.handle(parse_message(data))
         except PayloadTooLarge as exc:
             raise Fatal(WSCloseCode.MESSAGE_TOO_BIG, exc.code, exc.message) from None
         except BadRequest as exc:

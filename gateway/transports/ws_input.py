@@ -5,6 +5,7 @@ from typing import Any
 
 from ..config import Settings
 from ..errors import BadRequest, GatewayError, PayloadTooLarge
+from ..jsonbody import decode_object
 
 CLIENT_TYPES = ("start", "text", "prompt", "flush", "end", "cancel")
 
@@ -39,6 +40,11 @@ class RateLimiter:
             return False
         self.tokens -= 1
         return True
+
+
+def parse_message(data: str) -> dict[str, Any]:
+    """A text frame as a JSON object; ``invalid_json`` (the session goes on) if it is not one."""
+    return decode_object(data, "messages must be JSON objects")
 
 
 def validate_message(msg: dict[str, Any], settings: Settings) -> str:
