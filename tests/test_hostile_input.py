@@ -4,11 +4,14 @@ Before the fixes: JSON nested a few thousand deep (``RecursionError``) or holdin
 over 4300 digits (a plain ``ValueError``), both far under the size limits, and a body whose
 ``charset`` names no codec (``LookupError``) were 500s on every JSON route, and on the WebSocket
 escaped the channel and dropped the socket without an answer; ``bitrate`` of ``inf`` or an
-integer past a float's range (``OverflowError``) did the same on every route.
+integer past a float's range (``OverflowError``) did the same on every route; and a blend
+spelling with a long run of spaces or digits held the event loop for minutes to hours (the blend
+pattern backtracked), on every engine that takes blends (the embedded one, the default).
 """
 from __future__ import annotations
 
 import contextlib
+import json
 from typing import AsyncIterator
 
 import aiohttp
@@ -89,3 +92,17 @@ async def test_out_of_range_numbers_are_invalid_options_not_500s(start_server, h
         body = await ws.receive_json(timeout=10)
         assert (body["type"], body["code"]) == ("error", "invalid_option")
         assert (await ws.receive(timeout=10)).data == 1008
+
+
+async def test_a_long_blend_spelling_is_refused_at_once(start_server, http) -> None:
+    """A 1 MiB body whose voice is a blend with a 500,000-digit weight: 400 ``invalid_option``
+    (the old pattern's backtracking held the event loop past the client's 5-minute timeout)."""
+    settings = fake_settings()
+    engine = FakeEngine(settings)
+    engine.declare(blends=True)
+    server = await start_server(settings, engine)
+    for voice in ("tone_a(" + "1" * 500_000 + "x)+tone_b", "tone_a" + " " * 500_000 + "x+tone_b"):
+        body = json.dumps({"text": "Hi.", "voice": voice})
+        assert await answer(http, server.url + "/v1/stream/sse", body) == (400, "invalid_option")
+    async with http.get(server.url + "/healthz") as resp:
+        assert resp.status == 200

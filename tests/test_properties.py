@@ -216,6 +216,8 @@ def normalized(spec: str) -> dict[str, float]:
 @given(spec=blend_specs)
 @example(spec="tone_a(0.00005)+tone_b(1)")  # issue 22, finding 11
 @example(spec="tone_a(600)+tone_b+tone_a(600)")  # a voice's parts add up past 1000
+@example(spec="tone_a" + " " * 200_000 + "x+tone_b")  # the old pattern backtracked over these for minutes
+@example(spec="tone_a(" + "1" * 100_000 + "x)+tone_b")  # ... and over these for hours
 def test_any_blend_spelling_resolves_to_a_fixed_point_or_is_refused(spec: str) -> None:
     """Any spelling of a blend resolves to a canonical id that resolves to itself and mixes the
     same voices in the same proportions (to the 6 digits the id keeps), weights positive and
