@@ -31,7 +31,7 @@ messages = st.one_of(
             "voice": st.one_of(st.sampled_from(["tone_a", "tone_b", "x"]), json_values),
             "speed": st.one_of(st.floats(allow_nan=True), st.text(max_size=5), json_values),
             "format": st.one_of(st.sampled_from(["mp3", "pcm", "wav", "opus", "ogg"]), json_values),
-            "bitrate": json_values,
+            "bitrate": st.one_of(st.sampled_from([64, 64.9, "inf", 10**400]), json_values),
             "chunking": st.one_of(st.sampled_from(["frames", "bytes:7", "bytes:-1", "bytes:x"]), json_values),
             "envelope": st.one_of(st.sampled_from(["json", "msgpack", "xml"]), json_values),
         },
@@ -39,6 +39,9 @@ messages = st.one_of(
     json_values.map(json.dumps),
     st.text(max_size=60),
     st.binary(max_size=60),
+    # JSON past the decoder's own limits (nesting depth, integer digits): these dropped the socket
+    st.integers(1000, 6000).map(lambda n: "[" * n),
+    st.integers(4301, 6000).map(lambda n: '{"type": "cancel", "played_ms": ' + "7" * n + "}"),
 )
 
 
