@@ -15,6 +15,7 @@ import json
 from typing import AsyncIterator
 
 import aiohttp
+import msgpack
 from aiohttp import web
 
 from gateway.container import make_container_app
@@ -106,3 +107,16 @@ async def test_a_long_blend_spelling_is_refused_at_once(start_server, http) -> N
         assert await answer(http, server.url + "/v1/stream/sse", body) == (400, "invalid_option")
     async with http.get(server.url + "/healthz") as resp:
         assert resp.status == 200
+
+
+async def test_the_envelope_is_read_alike_before_and_after_the_session_starts(start_server, http) -> None:
+    """``?envelope=MSGPACK``: options read it case-blind, so every message is msgpack; an error
+    before the session started (a malformed first message) came as JSON text."""
+    server = await start_server()
+    for envelope in ("msgpack", "MSGPACK"):
+        async with http.ws_connect(f"{server.ws_url}?envelope={envelope}") as ws:
+            await ws.send_str("not json")
+            await ws.send_json({"type": "text", "text": "Hi."})
+            first, second = await ws.receive(timeout=10), await ws.receive(timeout=10)
+            assert [first.type, second.type] == [aiohttp.WSMsgType.BINARY] * 2, envelope
+            assert [msgpack.unpackb(m.data)["type"] for m in (first, second)] == ["error", "ready"]
