@@ -89,7 +89,9 @@ class Transcript:
 
 def _word_end(text: str, word: str, start: int) -> int:
     """Where ``word`` (as written; several words joined by spaces for one token, of which the
-    first is enough) ends in ``text`` after ``start``; -1 if absent."""
+    first is enough) ends in ``text`` after ``start``; -1 if absent (or blank)."""
+    if not word.strip():
+        return -1
     for part in (word, word.split()[0]) if " " in word else (word,):
         if (at := text.find(part, start)) >= 0:
             return at + len(part)

@@ -23,6 +23,7 @@ from gateway.heard import Transcript
 from gateway.jsonbody import decode_object
 from gateway.openai_speech import parse_speech
 from gateway.options import ENVELOPES, FORMATS, MP3_BITRATES, StreamOptions, parse_options
+from gateway.timestamps import words_event
 from gateway.transports.ws_input import CLIENT_TYPES, parse_message, validate_message
 
 from .conftest import fake_settings
@@ -256,8 +257,9 @@ def transcripts(draw: st.DrawFn) -> tuple[Transcript, list[str]]:
         known = draw(st.integers(0, len(words)))
         times = sorted(draw(st.lists(st.floats(0, 3000), min_size=known, max_size=known)))
         timed = [{"word": w.strip(",.!?"), "start_ms": at + t} for w, t in zip(words, times)]
-        if timed and draw(st.booleans()):  # a word the engine wrote otherwise ("1" for "one"): skipped
-            timed.insert(draw(st.integers(0, len(timed))), {"word": "1", "start_ms": timed[0]["start_ms"]})
+        if timed and draw(st.booleans()):  # a word the engine wrote otherwise ("1" for "one"), or blank
+            junk = draw(st.sampled_from(["1", " ", "", "\t"]))
+            timed.insert(draw(st.integers(0, len(timed))), {"word": junk, "start_ms": timed[0]["start_ms"]})
         cut = draw(st.integers(0, len(timed)))  # the words of one model call, then the next's
         transcript.words(index, timed[:cut])
         transcript.words(index, timed[cut:])
@@ -299,3 +301,27 @@ def test_heard_text_is_a_prefix_of_what_was_sent_and_grows_with_played_ms(reply,
         assert heard.startswith(previous), (previous, heard)
         previous = heard
     assert transcript.heard(0.0) == ""
+
+
+word_lists = st.lists(st.fixed_dictionaries({}, optional={"word": st.text(max_size=8) | json_values,
+                                                          "start_ms": scalars, "end_ms": scalars}), max_size=4)
+
+
+@FAST
+@given(event=st.fixed_dictionaries({"type": st.just("words") | scalars}, optional={"words": word_lists | json_values})
+       | json_values.filter(lambda v: isinstance(v, dict)))
+@example(event={"type": "words", "words": [{"word": "hi", "start_ms": float("inf"), "end_ms": 1}]})  # was OverflowError
+@example(event={"type": "words", "words": [{"word": " ", "start_ms": 0, "end_ms": 1}]})  # was IndexError in heard
+def test_a_words_event_from_upstream_is_word_times_or_dropped(event: dict) -> None:
+    """A model container's (or endpoint's) ``words`` event: word times whose every span is in
+    order, or None (logged and dropped); and whatever words pass, the transcript takes them."""
+    times = words_event(event, 24000)
+    if times is None:
+        return
+    assert all(isinstance(w.word, str) and isinstance(w.start, int) and w.start <= w.end for w in times.words)
+    transcript = Transcript()
+    transcript.segment(0, "One two, three.")
+    transcript.started(0, 0.0)
+    transcript.words(0, times.to_ms(0, 24000))
+    transcript.sent(1e9)
+    assert "One two, three.".startswith(transcript.heard(5_000.0))
