@@ -2,11 +2,13 @@
 
 Each parser is called directly (pure functions, no server): the WebSocket message parser
 (``ws_input.parse_message`` + ``validate_message``), the options parsers (``parse_options``,
-OpenAI's ``parse_speech``), the voice blend parser (``voicecatalog.resolve``) and ``heard_text``
-(``Transcript.heard``). Whatever comes in is either accepted into a well-typed value in range
-or refused with the gateway's own ``BadRequest`` and a client code: never another exception
-(which would be a 500 on HTTP and a dropped socket on the WebSocket). The forwarded-header
-parser and tokens have theirs in tests/test_edges.py and tests/test_tokens.py.
+OpenAI's ``parse_speech``), request bodies, the voice blend parser (``voicecatalog.resolve``),
+``heard_text`` (``Transcript.heard``), and what a model container sends the gateway's engine
+(events, word times). Whatever comes in is either accepted into a well-typed value in range
+or refused with the gateway's own error (``BadRequest`` and a client code from a client,
+``EngineError`` from upstream): never another exception (a 500 on HTTP, a dropped socket on
+the WebSocket, a reply ended in ``internal_error``). The forwarded-header parser and tokens
+have theirs in tests/test_edges.py and tests/test_tokens.py.
 """
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ from hypothesis import strategies as st
 
 from gateway import voicecatalog
 from gateway.engines.fake import FakeEngine
-from gateway.errors import CLIENT_CODES, BadRequest
+from gateway.engines.container import container_event
+from gateway.errors import CLIENT_CODES, BadRequest, GatewayError
 from gateway.heard import Transcript
 from gateway.jsonbody import decode_object
 from gateway.openai_speech import parse_speech
@@ -301,6 +304,30 @@ def test_heard_text_is_a_prefix_of_what_was_sent_and_grows_with_played_ms(reply,
         assert heard.startswith(previous), (previous, heard)
         previous = heard
     assert transcript.heard(0.0) == ""
+
+
+# -- what a model container (or a SageMaker endpoint) sends the gateway's engine -------------------
+upstream_events = st.fixed_dictionaries(
+    {"type": st.sampled_from(["ready", "words", "done", "error", "audio"]) | scalars},
+    optional={"sample_rate": st.sampled_from([24000, 16000]) | scalars, "message": scalars,
+              "code": st.sampled_from(["unknown_voice", "boom"]) | scalars},
+).map(json.dumps)
+
+
+@FAST
+@given(frame=upstream_events | ws_frames | st.binary(max_size=30))
+@example(frame="[" * 5000)  # was RecursionError out of the engine
+def test_any_frame_from_a_model_container_is_an_event_or_an_engine_error(frame: str | bytes) -> None:
+    """What a model container (or endpoint) sends the gateway's engine: an event, or a
+    ``GatewayError`` (a client code for an option it refused, else an engine error)."""
+    try:
+        event = container_event(frame, 24000)
+    except BadRequest as exc:
+        assert exc.code in CLIENT_CODES
+    except GatewayError as exc:
+        assert exc.status >= 500
+    else:
+        assert isinstance(event, dict) and event.get("type") != "error"
 
 
 word_lists = st.lists(st.fixed_dictionaries({}, optional={"word": st.text(max_size=8) | json_values,
