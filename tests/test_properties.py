@@ -19,8 +19,11 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gateway import voicecatalog
-from gateway.engines.fake import FakeEngine
+from gateway.audio.encoders import OPUS_SAMPLE_RATES
+from gateway.audio.mp3 import mp3_bitrates
+from gateway.audio.resample import SAMPLE_RATES
 from gateway.engines.container import container_event
+from gateway.engines.fake import FakeEngine
 from gateway.errors import CLIENT_CODES, BadRequest, GatewayError
 from gateway.heard import Transcript
 from gateway.jsonbody import decode_object
@@ -63,7 +66,8 @@ blend_specs = st.lists(blend_parts, min_size=1, max_size=10).map("+".join) | st.
 OPTIONS = {
     "voice": st.sampled_from(["tone_a", "tone_b", " tone_a ", "tone_c", "+", ""]) | blend_specs,
     "speed": numbers_as_text | st.floats(0.4, 2.1),
-    "format": st.sampled_from(["mp3", "PCM", "wav", "opus", "ogg", ""]),
+    "format": st.sampled_from(["mp3", "PCM", "wav", "opus", "ulaw", "ALAW", "ogg", ""]),
+    "sample_rate": numbers_as_text | st.sampled_from([*SAMPLE_RATES, 11025, 96000, "", "24000.0"]),
     "response_format": st.sampled_from(["wav", "flac"]),
     "bitrate": numbers_as_text | st.sampled_from(MP3_BITRATES),
     "chunking": st.sampled_from(["frames", "FRAMES", "bytes:7", "bytes:0", "bytes:-1", "bytes:x", "bytes:1048577",
@@ -80,8 +84,9 @@ option_dicts = st.fixed_dictionaries({}, optional={k: v | json_values for k, v i
 query_strings = st.fixed_dictionaries({}, optional={k: v.map(str) for k, v in OPTIONS.items()})
 
 
-def check_options(opts: StreamOptions, engine: FakeEngine) -> None:
-    """Every field of accepted options has its type and is in its range."""
+def check_options(opts: StreamOptions, engine: FakeEngine, fmt: str = "") -> None:
+    """Every field of accepted options has its type and is in its range (the bitrate and rate
+    for ``fmt``, where the audio is sent in another format than the options')."""
     caps = engine.capabilities
     if "+" in opts.voice:
         assert engine is BLENDING and voicecatalog.resolve(opts.voice, KNOWN) == opts.voice
@@ -89,7 +94,11 @@ def check_options(opts: StreamOptions, engine: FakeEngine) -> None:
         assert opts.voice in KNOWN
     assert type(opts.speed) is float and caps.min_speed <= opts.speed <= caps.max_speed
     assert opts.format in FORMATS and opts.envelope in ENVELOPES
-    assert type(opts.bitrate) is int and opts.bitrate in MP3_BITRATES
+    fmt = fmt or opts.format
+    assert type(opts.sample_rate) is int and opts.sample_rate in SAMPLE_RATES
+    assert fmt != "opus" or opts.sample_rate in OPUS_SAMPLE_RATES
+    assert type(opts.bitrate) is int
+    assert opts.bitrate in (mp3_bitrates(opts.sample_rate) if fmt == "mp3" else MP3_BITRATES)
     assert type(opts.chunk_bytes) is int and 0 <= opts.chunk_bytes <= 1 << 20
     assert isinstance(opts.text, str) and len(opts.text) <= SETTINGS.max_text_chars
     assert isinstance(opts.prompt, str) and len(opts.prompt) <= SETTINGS.max_prompt_chars
@@ -103,7 +112,7 @@ def as_raw(opts: StreamOptions) -> dict[str, object]:
     return {"voice": opts.voice, "speed": opts.speed, "format": opts.format, "bitrate": opts.bitrate,
             "chunking": opts.chunking, "envelope": opts.envelope, "text": opts.text, "prompt": opts.prompt,
             "first_clause": opts.first_clause, "cache": opts.cache, "vocoder": opts.vocoder,
-            "buffered_s": opts.buffered_s}
+            "buffered_s": opts.buffered_s, "sample_rate": opts.sample_rate}
 
 
 # -- the options parser ------------------------------------------------------------------------
@@ -135,7 +144,8 @@ speech_bodies = st.fixed_dictionaries({}, optional={
     "input": st.sampled_from(["Hello there.", "", "  ", "...", "!?"]) | st.text(max_size=30) | json_values,
     "model": st.sampled_from(["tts-1", "kokoro", "gpt-5"]) | json_values,
     "voice": st.sampled_from(["alloy", "coral", "tone_b", "nobody"]) | json_values,
-    "response_format": st.sampled_from(["mp3", "aac", "flac", "pcm", "webm"]) | json_values,
+    "response_format": st.sampled_from(["mp3", "aac", "flac", "pcm", "ulaw", "opus", "webm"]) | json_values,
+    "sample_rate": st.sampled_from([*SAMPLE_RATES, 12000]) | json_values,
     "speed": st.floats(0.1, 5.0) | json_values,
     "stream": st.sampled_from([True, False, "true", "nope"]) | json_values,
     "stream_format": st.sampled_from(["audio", "sse"]) | json_values,
@@ -154,7 +164,7 @@ def test_openai_speech_bodies_are_accepted_in_range_or_refused(body: object) -> 
     except BadRequest as exc:
         assert exc.code in CLIENT_CODES | {"unknown_model", "invalid_json", "nothing_to_speak"}, exc.code
         return
-    check_options(req.options, BLENDING)
+    check_options(req.options, BLENDING, req.response_format)
     assert isinstance(req.stream, bool) and req.options.text.strip()
 
 
