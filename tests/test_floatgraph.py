@@ -115,6 +115,17 @@ def test_fp16_graph_keeps_float32_inputs_outputs_and_the_source_path() -> None:
     assert any(name.startswith("decoder.decoder.generator.resblocks") for name in half)
     kept = [n for n in model.graph.node if n.name.startswith(floatgraph.FP32_SCOPES) and n.op_type == "Conv"]
     assert kept and not any(n.input[1] in half for n in kept)
+    # it runs (onnxruntime's CPU provider too) and gives finite audio close to the fp32 graph's
+    from bench.measure import align, distance
+    from gateway.engines.onnx_kokoro import KokoroModel
+    from gateway.kokoro_parts import load_voice_packs
+
+    packs = load_voice_packs()
+    fp32, fp16 = (KokoroModel(2, "espeak", packs, precision=p) for p in ("fp32", "fp16"))
+    a, b = (m.infer(m.tokens(PHONEMES), "af_heart", 1.0) for m in (fp32, fp16))
+    assert np.isfinite(b.audio).all() and b.durations.tolist() == a.durations.tolist()
+    d = distance(a.audio, align(a.audio, b.audio))
+    assert d.lsd_db < 2.0 and d.timbre_db < 0.5, d
 
 
 def test_fp32_graph_speaks_like_int8_on_the_same_phonemes() -> None:

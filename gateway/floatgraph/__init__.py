@@ -23,11 +23,12 @@ from typing import Callable
 log = logging.getLogger(__name__)
 
 PRECISIONS = ("int8", "fp32", "fp16")
-VERSION = 1  # bump when the rewrite changes: old cache files are then never read
+VERSION = 5  # bump when the rewrite changes: old cache files are then never read
 # kept in fp32 inside the fp16 graph: the text side (cheap, and the durations it rounds must
 # not move) and the harmonic source (a phase summed over thousands of samples, and the STFT)
-FP32_SCOPES = ("/encoder/", "/decoder/decoder/generator/m_source/", "/decoder/decoder/generator/stft/")
-FP32_OPS = ["STFT", "Atan", "Exp", "CumSum", "Range", "Cos"]
+GENERATOR = "/decoder/decoder/generator/"
+FP32_SCOPES = ("/encoder/", f"{GENERATOR}m_source/")
+HALF_OPS = ("Conv", "ConvTranspose", "MatMul")  # with a weight: made half precision
 
 
 def cache_dir(setting: str = "") -> Path:
@@ -78,13 +79,70 @@ def build(int8: bytes, precision: str) -> bytes:
 
 
 def to_fp16(model: "onnx.ModelProto") -> "onnx.ModelProto":
-    """Half precision for the vocoder's convolutions and norms; inputs and outputs stay
-    float32, and so do ``FP32_SCOPES`` and ``FP32_OPS`` (onnxruntime's own converter)."""
-    from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16
+    """Half precision where the time goes: the vocoder's convolutions and matrix products
+    (weights stored in fp16, a cast of the input before each and of the output after it);
+    everything between them (norms, activations), the text side, the harmonic source and the
+    output's exp and iSTFT stay float32. onnxruntime's own converter was tried: it wraps
+    every op it keeps in float32 in casts through fp16, and the source's spectrum (ratios
+    up to 9e4) overflows there to NaN."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
 
-    keep = [n.name for n in model.graph.node if n.name.startswith(FP32_SCOPES)]
-    return convert_float_to_float16(model, keep_io_types=True, op_block_list=DEFAULT_OP_BLOCK_LIST + FP32_OPS,
-                                    node_block_list=keep)
+    from .dequantize import prune
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graph = out.graph
+    inits = {t.name: t for t in graph.initializer}
+    keep = set(_source_and_output_path(graph))
+    halves: dict[str, str] = {}  # float32 tensor or initializer -> its fp16 copy
+    nodes: list[onnx.NodeProto] = []
+
+    def half(name: str) -> str:
+        if name not in halves:
+            halves[name] = f"{name}/fp16"
+            if name in inits:
+                value = numpy_helper.to_array(inits[name]).astype("float16")
+                graph.initializer.append(numpy_helper.from_array(value, halves[name]))
+            else:
+                nodes.append(helper.make_node("Cast", [name], [halves[name]], to=TensorProto.FLOAT16,
+                                              name=f"{name}/to_fp16"))
+        return halves[name]
+
+    for node in list(graph.node):
+        heavy = node.op_type in HALF_OPS and len(node.input) > 1 and node.input[1] in inits
+        if not heavy or node.name in keep or node.name.startswith(FP32_SCOPES):
+            nodes.append(node)
+            continue
+        result = node.output[0]
+        node.input[:] = [half(i) if i else i for i in node.input]
+        node.output[0] = halves[result] = f"{result}/fp16"  # a heavy consumer takes it as is
+        nodes.append(node)
+        nodes.append(helper.make_node("Cast", [node.output[0]], [result], to=TensorProto.FLOAT, name=f"{result}/to_fp32"))
+    del graph.node[:]
+    graph.node.extend(nodes)
+    prune(out)
+    return out
+
+
+def _source_and_output_path(graph: "onnx.GraphProto") -> list[str]:
+    """The generator's nodes that make the harmonic source's spectrum (ratios of tiny
+    numbers: inf in half precision) and everything after ``conv_post`` (exp, the iSTFT)."""
+    producer = {o: n for n in graph.node for o in n.output}
+    names: set[str] = set()
+    stack = [n.input[0] for n in graph.node if n.name.startswith(f"{GENERATOR}noise_convs.")]
+    while stack:
+        node = producer.get(stack.pop())
+        if node is None or node.name in names or not node.name.startswith(GENERATOR):
+            continue
+        names.add(node.name)
+        stack.extend(node.input)
+    after = {n.output[0] for n in graph.node if n.name.startswith(f"{GENERATOR}conv_post/")}
+    for node in graph.node:  # topologically sorted
+        if any(i in after for i in node.input):
+            names.add(node.name)
+            after.update(node.output)
+    return sorted(names)
 
 
 def _read(path: Path) -> tuple[bytes, str] | None:
