@@ -18,7 +18,7 @@ log = logging.getLogger("gateway")
 
 SUBCOMMANDS = ("serve", "container", "synth", "bench", "loadtest", "deploy", "convert-weights")
 # subcommands that are tools with options of their own
-TOOLS = {"loadtest": "bench.loadtest", "deploy": "gateway.deploy", "convert-weights": "gateway.floatgraph.convert"}
+TOOLS = {"loadtest": "bench.loadtest", "deploy": "gateway.deploy", "convert-weights": "gateway.convert_weights"}
 BENCHES = ("engine", "quality", "overhead", "transports", "ttfb", "agent", "soak", "playback", "timestamps", "gpu")
 
 

@@ -49,7 +49,7 @@ def kokoro_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_every_kmodel_parameter_comes_from_the_graph(kokoro_dir: Path) -> None:
-    from gateway.floatgraph.convert import kmodel
+    from gateway.convert_weights import kmodel
     from gateway.floatgraph.torch_weights import CONFIG, MODULES
     from gateway.kokoro_parts import load_vocab
 

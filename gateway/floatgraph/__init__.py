@@ -3,7 +3,7 @@
 ``graph_bytes("int8")`` is the shipped model (joined and hash-checked by ``onnx_kokoro``);
 ``"fp32"`` is its dequantized copy (``dequantize``), ``"fp16"`` that copy in half precision
 for the GPU (``to_fp16``). A float graph is built on first use (or at install:
-``python -m gateway.floatgraph build``, ``__main__``) from the verified int8 bytes and kept in the user's
+``convert-weights --graphs fp32,fp16``) from the verified int8 bytes and kept in the user's
 cache folder (``~/.cache/kokoro-gateway/float``), named after the int8 model's hash, the
 precision and ``VERSION``, with its own SHA-256 beside it: it is checked on every read and
 rebuilt when it does not match. Nothing is downloaded and nothing is committed.

@@ -48,6 +48,8 @@ def make_session(model: bytes, threads: int, provider: str = "cpu") -> Any:
     opts.log_severity_level = 3  # errors reach the caller as exceptions; don't also print them
     if provider == "cpu":
         return ort.InferenceSession(model, sess_options=opts, providers=["CPUExecutionProvider"])
+    if hasattr(ort, "preload_dlls"):  # CUDA and cuDNN from the nvidia-* wheels (torch's) where present
+        ort.preload_dlls()
     session = ort.InferenceSession(model, sess_options=opts, providers=[CUDA, "CPUExecutionProvider"])
     if session.get_providers()[0] != CUDA:
         raise ProviderUnavailable(f"{CUDA_HINT}; onnxruntime could not start CUDA here "

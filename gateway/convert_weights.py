@@ -1,5 +1,7 @@
-"""``python run_gateway.py convert-weights --out DIR``: a ``kokoro_dir`` for the torch engine,
-made from the shipped ONNX model on this machine (nothing downloaded).
+"""``python run_gateway.py convert-weights --out DIR [--graphs fp32,fp16]``: a ``kokoro_dir``
+for the torch engine, made from the shipped ONNX model on this machine (nothing downloaded);
+with ``--graphs``, the embedded engine's float graphs are built into their cache too (for
+images: their first start is then quick).
 
 Writes ``config.json`` (Kokoro-82M's, with the shipped vocab) and ``kokoro-v1_0.pth`` (one
 state dict per ``KModel`` part, as hexgrad ships it), every parameter read back from the
@@ -17,10 +19,10 @@ import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..engines.onnx_kokoro import load_model_bytes, shipped_sha256
-from ..kokoro_parts import load_vocab
-from . import graph_bytes
-from .torch_weights import CONFIG, MODULES, state_dict
+from .engines.onnx_kokoro import load_model_bytes, shipped_sha256
+from .floatgraph import cache_dir, graph_bytes
+from .floatgraph.torch_weights import CONFIG, MODULES, state_dict
+from .kokoro_parts import load_vocab
 
 log = logging.getLogger(__name__)
 WEIGHTS = "kokoro-v1_0.pth"  # the name the torch engine prefers
@@ -71,7 +73,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="run_gateway.py convert-weights", description=__doc__)
     parser.add_argument("--out", required=True, help="the folder to write (kokoro_dir)")
     parser.add_argument("--cache", default="", help="float graph cache folder (default: the user cache)")
+    parser.add_argument("--graphs", default="", help="also build these float graphs, e.g. fp32,fp16")
     args = parser.parse_args(argv)
+    for precision in filter(None, args.graphs.split(",")):
+        _, digest = graph_bytes(precision, load_model_bytes, shipped_sha256(), args.cache)
+        log.info("%s graph: sha256 %s in %s", precision, digest[:16], cache_dir(args.cache))
     try:
         import kokoro.model  # noqa: F401
         import torch  # noqa: F401
