@@ -35,7 +35,10 @@ class Settings:
     # processes serving the port (SO_REUSEPORT): "auto" = 1 for engines that run the model here,
     # one per core for those that proxy it (container, sagemaker); 0 = one per core
     workers: str = "auto"
-    trusted_proxies: str = ""  # addresses/CIDRs whose Forwarded / X-Forwarded-For name the client
+    trusted_proxies: str = ""  # addresses/CIDRs whose forwarded_header names the client
+    # the one header those proxies set: x-forwarded-for (with X-Forwarded-Proto) or forwarded
+    # (RFC 7239, for= and proto=); the other is ignored, as a client can send it through them
+    forwarded_header: str = "x-forwarded-for"
 
     # request limits and defaults
     max_text_chars: int = 5000
@@ -89,6 +92,10 @@ class Settings:
     fake_hang: bool = False
     fake_chunk_ms: int = 200
     fake_pause_ms: float = 0.0  # silence after the first word of each segment (shows in word times)
+    # a segment holding this word waits, before its audio, until the file fake_gate_path exists:
+    # lets a test see audio arrive while a later segment is still being synthesized
+    fake_gate_word: str = ""
+    fake_gate_path: str = ""
 
     # the agent behind `prompt` (gateway/agent): simulated (offline stand-in) | openai | bedrock
     agent_backend: str = "simulated"
@@ -110,7 +117,8 @@ class Settings:
     queue_timeout_s: float = 10.0  # a queued session that waits longer is refused the same way
 
     # reliability and security
-    auth_token: str = ""  # when set, every /v1 route needs `Authorization: Bearer <token>`
+    auth_token: str = ""  # when set, every /v1 route needs `Authorization: Bearer <token>` (or a browser token)
+    metrics_token: str = ""  # when set, /metrics needs `Authorization: Bearer <metrics_token>`
     allowed_origins: str = ""  # comma-separated; empty: same origin only (and non-browser clients)
     max_sessions_per_client: int = 0  # concurrent streaming sessions per client address (0 = off; behind a proxy all clients share one)
     ws_max_message_bytes: int = 65536

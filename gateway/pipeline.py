@@ -36,7 +36,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .audio.encoders import Encoder, make_encoder
+from .audio.encoders import Encoder
+from .audio.resample import reply_encoder
 from .config import Settings
 from .errors import GatewayError, NothingToSpeak
 from .heard import Transcript
@@ -88,9 +89,11 @@ class Pipeline:
         self.texts: asyncio.Queue[str | None] = asyncio.Queue()
         self.pending: collections.deque[str] = collections.deque()  # in `texts`, for the forecast
         self.ready: asyncio.Queue[SegmentQueue | None] = asyncio.Queue(maxsize=max(1, s.lookahead))
-        self.encoder = encoder() if encoder else make_encoder(o.format, sample_rate=self.sample_rate,
-                                                              bitrate=o.bitrate)
-        self.packer = Packetizer(o.format, chunk_bytes=o.chunk_bytes, frames_per_payload=s.frames_per_payload)
+        # the engine's rate in, the client's out (resampled); the timeline stays at the engine's
+        self.encoder = encoder() if encoder else reply_encoder(
+            o.format, in_rate=self.sample_rate, out_rate=o.sample_rate or self.sample_rate, bitrate=o.bitrate)
+        self.packer = Packetizer(o.format, chunk_bytes=o.chunk_bytes, frames_per_payload=s.frames_per_payload,
+                                 sample_rate=self.encoder.sample_rate)
         self.lead_in = getattr(self.encoder, "delay_samples", 0)  # heard before the first sample
         self.transcript = Transcript()  # what the reply said, when; what the listener heard
         self.encoded = 0  # samples given to the encoder so far: the reply's timeline

@@ -74,7 +74,7 @@ class StreamSession:
         return {
             "session": self.id,
             "format": o.format,
-            "sample_rate": self.engine.sample_rate,
+            "sample_rate": o.sample_rate or self.engine.sample_rate,  # what is sent (resampled)
             "bitrate": o.bitrate if o.format == "mp3" else None,
             "voice": o.voice,
             "speed": o.speed,

@@ -77,7 +77,7 @@ async def test_batch_and_stream_give_the_same_audio(fmt: str) -> None:
 async def test_openai_batch_and_its_stream_and_the_socket_give_the_same_pcm(
         fake_server: Server, http: aiohttp.ClientSession) -> None:
     body = {"input": REPLY, "response_format": "pcm", "voice": "tone_a"}
-    async with http.post(fake_server.url + "/v1/audio/speech", json=body) as resp:
+    async with http.post(fake_server.url + "/v1/audio/speech", json={**body, "stream": False}) as resp:
         assert resp.status == 200
         whole = await resp.read()
     async with http.post(fake_server.url + "/v1/audio/speech", json={**body, "stream": True}) as resp:

@@ -100,8 +100,13 @@ async def test_unexpected_errors_leak_nothing(start_server, http) -> None:
 async def test_client_disconnect_cancels_synthesis_and_leaves_no_task(start_server, http) -> None:
     server = await start_server(fake_settings(fake_rtf=0.5, fake_chunk_ms=100))
     baseline = len(asyncio.all_tasks())
-    for channel in ("ws", "sse"):
-        if channel == "ws":
+    for channel in ("ws", "sse", "speech", "speech-sse"):  # speech: OpenAI's route, streamed
+        if channel.startswith("speech"):
+            extra = {"stream_format": "sse"} if channel == "speech-sse" else {}
+            resp = await http.post(server.url + "/v1/audio/speech", json={"input": LONG, "response_format": "pcm", **extra})
+            await resp.content.readany()  # the first audio
+            resp.close()
+        elif channel == "ws":
             ws = await http.ws_connect(server.ws_url)
             await ws.send_json({"type": "text", "text": LONG})
             await ws.send_json({"type": "end"})

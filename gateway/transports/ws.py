@@ -21,8 +21,9 @@ from typing import Any
 import msgpack
 from aiohttp import WSCloseCode, WSMsgType, web
 
+from ..accesslog import log_websocket
 from ..errors import BadRequest, GatewayError, PayloadTooLarge
-from ..security import check_origin
+from ..security import WS_TOKEN_PROTOCOL, check_origin
 from ..state import GATEWAY, Gateway
 from ..stream import Event, StreamSession
 from .channel import Channel
@@ -241,6 +242,7 @@ class WsChannel(Channel):
 async def serve_socket(request: web.Request, channel_cls: type[WsChannel], **ws_options: Any) -> web.WebSocketResponse:
     """Run one socket of ``channel_cls``: the browser's and the model container's alike."""
     gw = request.app[GATEWAY]
+    started = asyncio.get_running_loop().time()
     ws = web.WebSocketResponse(max_msg_size=gw.settings.ws_max_message_bytes, compress=False, **ws_options)
     await ws.prepare(request)
     channel = channel_cls(ws, gw, request)
@@ -257,13 +259,15 @@ async def serve_socket(request: web.Request, channel_cls: type[WsChannel], **ws_
             await channel.close(close_code_for(exc), exc.code)
         finally:
             gw.channels.discard(channel)
+            log_websocket(request, ws, asyncio.get_running_loop().time() - started)
             await channel.aclose()  # a client that went away stops its synthesis here
     return ws
 
 
 async def handle_ws(request: web.Request) -> web.WebSocketResponse:
     check_origin(request, request.app[GATEWAY].settings)  # before the upgrade: a plain 403
-    return await serve_socket(request, WsChannel, heartbeat=30.0)
+    # a browser token may come as the subprotocols "token, <token>": aiohttp echoes "token"
+    return await serve_socket(request, WsChannel, heartbeat=30.0, protocols=(WS_TOKEN_PROTOCOL,))
 
 
 def close_code_for(exc: GatewayError) -> int:

@@ -1,0 +1,78 @@
+"""The streamed replies of ``POST /v1/audio/speech``: chunked audio, or OpenAI's server-sent events.
+
+Both take the reply's payloads as the pipeline makes them and wait for the first one before
+they answer: an error before it (bad voice, engine down, nothing to speak) is still a plain
+HTTP error with the JSON shape of every route. After it the status is sent, so an error ends
+the audio stream without its last chunk (the client sees a truncated transfer, not a short
+file that looks whole), and the SSE stream with an ``error`` event.
+
+SSE is OpenAI's own form (``stream_format: "sse"``): bare ``data:`` lines of JSON, ``\\n``
+line ends, ``{"type": "speech.audio.delta", "audio": <base64>}`` per payload (whole MP3
+frames in each) and finally ``{"type": "speech.audio.done", "usage": {...}}``.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from typing import Any, AsyncIterator
+
+from aiohttp import web
+from aiohttp_sse import EventSourceResponse
+
+from .pipeline import error_event
+
+log = logging.getLogger(__name__)
+
+
+def usage(text: str) -> dict[str, int]:
+    """``speech.audio.done``'s usage: input tokens are the input's characters, as OpenAI bills
+    tts-1; Kokoro makes no audio tokens, so output is 0."""
+    return {"input_tokens": len(text), "output_tokens": 0, "total_tokens": len(text)}
+
+
+async def stream_audio(request: web.Request, payloads: AsyncIterator[bytes],
+                       headers: dict[str, str]) -> web.StreamResponse:
+    """Each payload written as it comes (chunked transfer)."""
+    first = await anext(payloads)  # before the status: an error here is the route's JSON error
+    response = web.StreamResponse(headers=headers)
+    response.enable_chunked_encoding()
+    await response.prepare(request)
+    try:
+        await response.write(first)
+        async for data in payloads:
+            await response.write(data)
+    except ConnectionError:
+        raise
+    except Exception as exc:
+        log.warning("streamed speech failed after the headers: %s", error_event(exc).fields["message"])
+        if request.transport is not None:
+            request.transport.abort()
+        return response
+    await response.write_eof()
+    return response
+
+
+def _data(fields: dict[str, Any]) -> str:
+    return json.dumps(fields, separators=(",", ":"))
+
+
+async def stream_sse(request: web.Request, payloads: AsyncIterator[bytes], headers: dict[str, str],
+                     done_usage: dict[str, int]) -> web.StreamResponse:
+    """``speech.audio.delta`` per payload, then ``speech.audio.done`` (or ``error``)."""
+    first = await anext(payloads)
+    async with EventSourceResponse(headers=headers, sep="\n", allow_all_methods=True) as resp:
+        await resp.prepare(request)
+        try:
+            data: bytes | None = first
+            while data is not None:
+                audio = base64.b64encode(data).decode("ascii")
+                await resp.send(_data({"type": "speech.audio.delta", "audio": audio}))
+                data = await anext(payloads, None)
+        except ConnectionError:
+            raise
+        except Exception as exc:
+            await resp.send(_data({"type": "error", "error": error_event(exc).fields}))
+            return resp
+        await resp.send(_data({"type": "speech.audio.done", "usage": done_usage}))
+    return resp
