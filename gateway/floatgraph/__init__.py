@@ -9,7 +9,7 @@ precision and ``VERSION``, with its own SHA-256 beside it: it is checked on ever
 rebuilt when it does not match. Nothing is downloaded and nothing is committed.
 
 ``onnx`` is imported only to build; reading a cached graph needs neither it nor the build time
-(about 2 s for fp32 on two cores, 10 s more for fp16).
+(a few seconds each on two cores).
 """
 from __future__ import annotations
 
