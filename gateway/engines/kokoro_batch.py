@@ -90,6 +90,8 @@ class _Masking:
         return forward
 
     def __enter__(self) -> "_Masking":
+        if int(self.frames.min()) == self.longest:
+            return self  # no padding (one item, or equal lengths): nothing to mask
         for root in self.roots:
             for module in root.modules():
                 if isinstance(module, (nn.Conv1d, nn.ConvTranspose1d)):
@@ -109,6 +111,8 @@ class _Masking:
 
 def _packed(lstm: nn.LSTM, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """``lstm`` over each item's own steps of ``x`` (B, T, C); zeros after them."""
+    if int(lengths.min()) == x.shape[1]:
+        return lstm(x)[0]  # no padding: KModel's own call (packing would only slow it down)
     packed = nn.utils.rnn.pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
     lstm.flatten_parameters()
     out, _ = lstm(packed)
