@@ -13,7 +13,7 @@ import asyncio
 import math
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -113,7 +113,7 @@ async def test_a_session_leaving_while_its_piece_waits_disturbs_nobody(model_dir
         await until(lambda: engine.batching["waiting"] == 3)
         waiting[1].cancel()  # barge-in while its piece waits for the next batch
         gate.set()
-        got: list[Any] = await asyncio.gather(first, waiting[0], waiting[2])
+        got = list(await asyncio.gather(first, waiting[0], waiting[2]))
         with pytest.raises(asyncio.CancelledError):
             await waiting[1]
         stats = engine.batching

@@ -143,7 +143,7 @@ class MicroBatcher(Generic[J, R]):
 
     async def _run(self, live: list[_Waiting[J]]) -> None:
         try:
-            running = self.executor.submit(self.run_batch, [w.job for w in live])
+            running: concurrent.futures.Future[Any] = self.executor.submit(self.run_batch, [w.job for w in live])
         except RuntimeError:  # the worker was shut down under us
             self._fail(live, NotReady(f"the {self.name} engine is shutting down"))
             return
