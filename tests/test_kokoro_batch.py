@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from gateway.config import load_settings
+from gateway.config import Settings, load_settings
 from gateway.errors import EngineError
 from gateway.timestamps import WordTimes
 
@@ -47,11 +47,14 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-async def started(folder: Path, max_batch: int, window_ms: float = 60_000.0) -> KokoroEngine:
+def kokoro_settings(folder: Path, max_batch: int) -> Settings:
     """A long window: a batch here closes when it is full or nobody else is on the way."""
-    engine = KokoroEngine(load_settings(env={}, overrides={
-        "engine": "kokoro", "kokoro_dir": str(folder), "kokoro_device": "cpu",
-        "kokoro_max_batch": max_batch, "kokoro_batch_window_ms": window_ms}))
+    return load_settings(env={}, overrides={"engine": "kokoro", "kokoro_dir": str(folder), "kokoro_device": "cpu",
+                                            "kokoro_max_batch": max_batch, "kokoro_batch_window_ms": 60_000.0})
+
+
+async def started(folder: Path, max_batch: int) -> KokoroEngine:
+    engine = KokoroEngine(kokoro_settings(folder, max_batch))
     await engine.start()
     return engine
 
@@ -80,7 +83,7 @@ async def until(condition: Callable[[], bool]) -> None:
     raise AssertionError("the condition never held")
 
 
-async def test_a_batch_gives_each_session_what_it_gets_alone(model_dir: Path) -> None:
+async def test_a_batch_gives_each_session_what_it_gets_alone(model_dir: Path, start_server, http) -> None:
     engine = await started(model_dir, 0)  # auto: CPU does not batch
     try:
         assert engine.batching == {"max_batch": 1} and engine.max_concurrency == 1
@@ -97,6 +100,10 @@ async def test_a_batch_gives_each_session_what_it_gets_alone(model_dir: Path) ->
         assert engine.calls == 2
         for got, expected in zip(together, alone):
             assert_same(got, expected)
+        server = await start_server(kokoro_settings(model_dir, 3), engine)
+        async with http.get(f"{server.url}/readyz") as resp:
+            shown = (await resp.json())["batching"]  # the server's speed warm-up may have run since
+            assert shown["max_batch"] == 3 and shown["largest"] == 3 and shown["segments"] >= 4
     finally:
         await engine.aclose()
 
