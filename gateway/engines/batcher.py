@@ -74,6 +74,7 @@ class MicroBatcher(Generic[J, R]):
         self.stats = BatchStats()
         self._queue: asyncio.Queue[_Waiting[J]] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
+        self._forming: list[_Waiting[J]] = []  # taken from the queue, not yet run
         self._arriving = 0  # callers inside arrival(): their jobs may join the batch being formed
         self._changed = asyncio.Event()  # a job came or an arrival ended
 
@@ -108,14 +109,15 @@ class MicroBatcher(Generic[J, R]):
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+        left, self._forming = self._forming, []
         while not self._queue.empty():
-            waiting = self._queue.get_nowait()
-            if not waiting.future.done():
-                waiting.future.set_exception(NotReady(f"the {self.name} engine is shutting down"))
+            left.append(self._queue.get_nowait())
+        self._fail(left, NotReady(f"the {self.name} engine is shutting down"))
 
     async def _dispatch(self) -> None:
         while True:
             batch = await self._collect()
+            self._forming = []
             live = [w for w in batch if not w.future.done()]
             self.stats = self.stats.after(len(live), len(batch) - len(live))
             if live:
@@ -125,7 +127,7 @@ class MicroBatcher(Generic[J, R]):
         """The next batch: up to ``max_batch`` live jobs, closed when full, when nobody is on
         the way, or when the oldest has waited ``window_s``."""
         loop = asyncio.get_running_loop()
-        batch = [await self._queue.get()]
+        batch = self._forming = [await self._queue.get()]
         deadline = batch[0].since + self.window_s
         while True:
             live = sum(not w.future.done() for w in batch)
