@@ -133,6 +133,9 @@ class Settings:
     kokoro_dir: str = ""  # folder with config.json and the .pth weights (voice packs: voice_store, plus voices/*.pt)
     kokoro_device: str = ""  # "" = cuda if available, else cpu
     kokoro_g2p: str = "misaki"  # misaki (spaCy POS + espeak fallback) or espeak
+    # micro-batching: pieces of different sessions in one forward pass (docs/GPU_BATCHING.md)
+    kokoro_max_batch: int = 0  # pieces per pass; 0 = auto: 8 on CUDA, 1 (off) on CPU
+    kokoro_batch_window_ms: float = 5.0  # how long a piece waits for others to join its batch
 
     # container / sagemaker engines
     container_url: str = "ws://127.0.0.1:8080/invocations-bidirectional-stream"

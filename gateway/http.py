@@ -24,6 +24,8 @@ async def readyz(request: web.Request) -> web.Response:
                      "limit_bytes": gw.hub.cache_limit, "in_flight": len(gw.hub.flights)}
     if (vocoder := getattr(gw.engine, "vocoder_status", None)) is not None:
         body["vocoder"] = vocoder  # streaming inside a segment: builds after readiness
+    if (batching := getattr(gw.engine, "batching", None)) is not None:
+        body["batching"] = batching  # the torch engine: sessions' pieces per forward pass
     return web.json_response(body, status=200 if body["ready"] else 503)
 
 

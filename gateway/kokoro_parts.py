@@ -216,6 +216,15 @@ def trim_bounds(audio: np.ndarray, lead_s: float = LEAD_S, tail_s: float = TAIL_
 
 
 @dataclass(frozen=True, slots=True)
+class Segment:
+    """One piece (at most ``MAX_TOKENS`` phoneme symbols) to render: what a batch holds."""
+
+    phonemes: str
+    voice: str
+    speed: float
+
+
+@dataclass(frozen=True, slots=True)
 class Rendered:
     """One model call's audio, trimmed, with what word timing needs."""
 

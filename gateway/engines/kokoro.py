@@ -10,17 +10,21 @@ and spaCy downloads). Blends (``af_bella(2)+af_sky(1)``) mix packs as on the emb
 
 Inference runs on ONE worker thread per engine (one engine per device), so calls on a device
 are serialized and never block the event loop. torch and kokoro are imported only here.
+
+With ``kokoro_max_batch`` above 1 (CUDA's default), pieces of different sessions run as one
+padded forward pass (docs/GPU_BATCHING.md), each getting exactly the audio it would alone.
 """
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import logging
 import os
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator
 
@@ -30,11 +34,12 @@ from ..config import Settings, section
 from ..errors import BadRequest, EngineError, NotReady
 from ..g2p import ROUTES
 from ..kokoro_parts import (
-    MAX_TOKENS, SAMPLE_RATE, Blends, Rendered, choose_default, describe_voices, known_symbols, load_voice_packs,
+    MAX_TOKENS, SAMPLE_RATE, Blends, Rendered, Segment, choose_default, describe_voices, known_symbols, load_voice_packs,
     phonemize_words, split_phonemes,
 )
 from ..timestamps import SegmentWords, WordTimes
 from .base import EngineBase
+from .batcher import MicroBatcher, batch_size
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +91,8 @@ class KokoroSettings:
     dir: str  # config.json and the .pth weights
     device: str  # "" = cuda if available, else cpu
     g2p: str  # misaki or espeak
+    max_batch: int  # pieces per forward pass; 0 = auto (CUDA 8, CPU 1 = no batching)
+    batch_window_ms: float  # how long a piece may wait for others to join its batch
 
 
 def pick_device(requested: str) -> str:
@@ -152,9 +159,12 @@ class TorchKokoro:
         ``KModel`` adds included; they sum to the audio's length."""
         import torch
 
+        from .kokoro_batch import seeded
+
         if not phonemes:
             return np.zeros(0, np.float32), np.zeros(0, np.int64)
         style = self.style(voice)[len(phonemes) - 1]
+        seeded()  # the source's random phases and noise: the same as in any batch
         with torch.inference_mode():
             output = self.model(phonemes, style, speed, return_output=True)
         out = output.audio.detach().float().cpu().numpy().ravel()
@@ -185,6 +195,11 @@ class KokoroEngine(EngineBase):
         self.packs = load_voice_packs(settings.voice_store)
         self._folder_voices: list[str] = []  # packs in kokoro_dir, added to (or replacing) the store's
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self.device = pick_device(self.options.device)
+        self.max_batch = batch_size(self.options.max_batch, self.device)
+        self.max_concurrency = self.max_batch  # so admission lets a batch's worth in at once
+        self._batcher: MicroBatcher[Segment, Rendered] | None = None
+        self._g2p: concurrent.futures.ThreadPoolExecutor | None = None  # batching: G2P beside the device
 
     @property
     def ready(self) -> bool:
@@ -202,8 +217,7 @@ class KokoroEngine(EngineBase):
         executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kokoro-torch")
         loop = asyncio.get_running_loop()
         try:
-            device = pick_device(self.options.device)
-            model = await loop.run_in_executor(executor, TorchKokoro, files, device, self.options.g2p,
+            model = await loop.run_in_executor(executor, TorchKokoro, files, self.device, self.options.g2p,
                                                self.packs.packs)
         except EngineError:
             executor.shutdown(wait=False)
@@ -212,6 +226,13 @@ class KokoroEngine(EngineBase):
             executor.shutdown(wait=False)
             raise EngineError(f"kokoro engine failed to load from {files.folder}: {exc}", code="engine_load") from exc
         self._executor, self._model = executor, model
+        if self.max_batch > 1:
+            from .kokoro_batch import render_batch
+
+            self._batcher = MicroBatcher(lambda segments: self._infer(render_batch, model, segments), executor,
+                                         max_batch=self.max_batch, window_s=self.options.batch_window_ms / 1000,
+                                         name=self.name)
+            self._g2p = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kokoro-g2p")
         self._folder_voices = [path.stem for path in files.voices]
         default = choose_default(tuple(model.voices), self.configured_default)
         self.declare(voices=describe_voices(model.voices, default), default_voice=default, blends=True,
@@ -220,11 +241,20 @@ class KokoroEngine(EngineBase):
         async for _ in self.synthesize("Hi.", voice=default, speed=1.0):
             pass
         log.info("kokoro engine ready on %s: %d voices, model %.2f s, G2P %.2f s, warm-up %.2f s",
-                 device, len(self.voices), model.model_s, model.g2p_s, time.perf_counter() - t0)
+                 self.device, len(self.voices), model.model_s, model.g2p_s, time.perf_counter() - t0)
+
+    @property
+    def batching(self) -> dict[str, Any]:
+        """Micro-batching: its size, pieces waiting, forward passes and the pieces they held."""
+        batcher = self._batcher
+        return {"max_batch": self.max_batch, **({"waiting": batcher.waiting, **asdict(batcher.stats)} if batcher else {})}
 
     async def aclose(self) -> None:
-        executor, self._executor, self._model = self._executor, None, None
-        if executor is not None:
+        if self._batcher is not None:
+            await self._batcher.aclose()
+        executors, self._executor, self._g2p, self._model, self._batcher = (
+            (self._executor, self._g2p), None, None, None, None)
+        for executor in filter(None, executors):
             await asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True)
 
     async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
@@ -236,21 +266,28 @@ class KokoroEngine(EngineBase):
         already running finishes on the worker thread and its audio is dropped.
         """
         model = self.require(self._model)
-        phonemes, tokens, exact = await self._run(
-            lambda: phonemize_words(model.phonemize, model.vocab, text, voice), "G2P")
+        with self._batcher.arrival() if self._batcher else contextlib.nullcontext():  # a batch waits for it
+            phonemes, tokens, exact = await self._run(
+                lambda: phonemize_words(model.phonemize, model.vocab, text, voice), "G2P", self._g2p)
         pieces = split_phonemes(phonemes)
         words = SegmentWords(tokens, phonemes, pieces, exact) if timestamps else None
         for index, piece in enumerate(pieces):
-            out: Rendered = await self._run(lambda p=piece: self._infer(model, p, voice, speed), "inference")
+            out = await self._render(model, piece, voice, speed)
             for item in out.items(words, index):
                 yield item
 
-    def _infer(self, model: TorchKokoro, piece: str, voice: str, speed: float) -> Rendered:
-        self.calls += 1  # only ever touched by the one worker thread
-        return model.render(piece, voice, speed)
+    async def _render(self, model: TorchKokoro, piece: str, voice: str, speed: float) -> Rendered:
+        """One piece alone, or in the next batch with other sessions' pieces."""
+        if self._batcher is not None:
+            return await self._batcher.submit(Segment(piece, voice, speed))
+        return await self._run(lambda: self._infer(TorchKokoro.render, model, piece, voice, speed), "inference")
 
-    async def _run(self, fn: Any, what: str) -> Any:
-        executor = self.require(self._executor)
+    def _infer(self, render: Any, *args: Any) -> Any:
+        self.calls += 1  # forward passes (a batch is one); only ever touched by the worker thread
+        return render(*args)
+
+    async def _run(self, fn: Any, what: str, executor: Any = None) -> Any:
+        executor = self.require(executor or self._executor)
         try:
             future = executor.submit(fn)
         except RuntimeError as exc:  # the worker was shut down under us
