@@ -11,7 +11,7 @@ STAMP_RUN  := $(VENV)/.installed-run
 STAMP_TEST := $(VENV)/.installed-test
 PYTEST_ARGS ?=
 
-.PHONY: run test test-fast install install-test voices voices-required debian-deps clean test-sagemaker312
+.PHONY: run test test-fast install install-test voices voices-required debian-deps clean test-sagemaker312 test-clients
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,7 @@ run: voices
 test: install-test voices-required
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-sagemaker312
+	$(MAKE) --no-print-directory test-clients
 
 # Everything that needs neither the real model nor a browser (tests marked `slow` or `browser`
 # are left out): the loop to run while changing a module. `make test` stays the full suite.
@@ -84,5 +85,21 @@ test-sagemaker312:
 	  $(PY312) -m pytest -q -p no:cacheprovider tests/sagemaker312 tests/test_sagemaker.py; \
 	else echo "SKIPPED tests/sagemaker312: no Python 3.12 found"; fi
 
+# Voice-agent frameworks' OpenAI TTS services, unchanged (LiveKit Agents, Pipecat), pinned in a
+# venv of their own so the gateway's dependencies stay lean; the gateway under test runs from
+# .venv in a subprocess, on the fake engine (tests/clients/conftest.py).
+VENV_CLIENTS  := .venv-clients
+PY_CLIENTS    := $(VENV_CLIENTS)/bin/python
+STAMP_CLIENTS := $(VENV_CLIENTS)/.installed-test
+
+$(STAMP_CLIENTS): tests/clients/requirements.txt
+	$(PYTHON) -m venv $(VENV_CLIENTS)
+	$(PY_CLIENTS) -m pip --disable-pip-version-check -q install -r tests/clients/requirements.txt
+	touch $@
+
+test-clients: $(STAMP_RUN) $(STAMP_CLIENTS)
+	GATEWAY_PYTHON=$(abspath $(PY)) $(PY_CLIENTS) -m pytest -q -p no:cacheprovider \
+	  --confcutdir=tests/clients tests/clients
+
 clean:
-	rm -rf $(VENV) $(VENV312) .pytest_cache .hypothesis artifacts
+	rm -rf $(VENV) $(VENV312) $(VENV_CLIENTS) .pytest_cache .hypothesis artifacts

@@ -88,6 +88,10 @@ class Settings:
     fake_hang: bool = False
     fake_chunk_ms: int = 200
     fake_pause_ms: float = 0.0  # silence after the first word of each segment (shows in word times)
+    # a segment holding this word waits, before its audio, until the file fake_gate_path exists:
+    # lets a test see audio arrive while a later segment is still being synthesized
+    fake_gate_word: str = ""
+    fake_gate_path: str = ""
 
     # the agent behind `prompt` (gateway/agent): simulated (offline stand-in) | openai | bedrock
     agent_backend: str = "simulated"

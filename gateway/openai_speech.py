@@ -3,7 +3,8 @@
 - ``model``: ``tts-1``, ``tts-1-hd``, ``gpt-4o-mini-tts`` or ``kokoro``; all run the gateway's
   engine (optional here, as the gateway has one model).
 - ``voice``: a Kokoro voice id, a blend (``af_bella(2)+af_sky(1)``), or one of OpenAI's names
-  (``voicecatalog.OPENAI_VOICES``: alloy -> af_alloy, coral -> af_heart, ...).
+  (``voicecatalog.OPENAI_VOICES``: alloy -> af_alloy, coral -> af_heart, ...; the engine's
+  default voice where it lacks the mapped one, as the fake engine does).
 - ``instructions``: accepted and ignored (Kokoro takes no style prompt).
 - ``response_format``: mp3 (CBR, a LAME Info frame in front when whole), opus (Ogg Opus),
   aac (ADTS), flac, wav, pcm (s16le mono), and for telephony ulaw and alaw (G.711, raw).
@@ -74,9 +75,14 @@ def _voice(body: Mapping[str, Any], engine: Engine) -> str | None:
     voice = _string(body, "voice")
     if not voice:
         return None
-    if voice in {v.id for v in engine.voices}:
+    known = {v.id for v in engine.voices}
+    if voice in known:
         return voice
-    return OPENAI_VOICES.get(voice.strip().lower(), voice)
+    if (mapped := OPENAI_VOICES.get(voice.strip().lower())) is None:
+        return voice
+    # clients that only know OpenAI's names (Pipecat refuses any other) still speak where
+    # the engine lacks the mapped voice (the fake engine, no voice store): its default voice
+    return mapped if mapped in known else engine.default_voice
 
 
 def _speed(body: Mapping[str, Any], engine: Engine) -> float:
