@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -27,17 +26,6 @@ from bench.player import Arrival, simulate
 from bench.servers import serve_app
 
 PNG = b"\x89PNG\r\n\x1a\n"
-
-
-@pytest.fixture(autouse=True)
-def restore_log_levels() -> Any:
-    """A benchmark's main quiets the access log and the gateway's logger for its table; put
-    them back, or every later test that reads the access log at INFO sees nothing."""
-    names = ("aiohttp.access", "gateway", "bench")
-    levels = {name: logging.getLogger(name).level for name in names}
-    yield
-    for name, level in levels.items():
-        logging.getLogger(name).setLevel(level)
 
 
 def load(path: Path) -> dict[str, Any]:
