@@ -120,7 +120,8 @@ class Settings:
     ws_max_message_bytes: int = 65536
     ws_messages_per_s: float = 50.0  # per-session rate limit (token bucket)
     ws_burst: int = 200
-    send_queue_bytes: int = 1 << 20  # a client this far behind is slow: closed with 1008
+    ws_idle_timeout_s: float = 60.0  # no client message and no reply this long: `closing`, close 1000 (0 = never)
+    send_queue_bytes: int = 1 << 20  # a client this far behind is slow: WS closed with 1008, SSE / streamed speech cut off
     send_timeout_s: float = 10.0  # ... and so is one that takes longer to accept one message
     shutdown_grace_s: float = 10.0  # SIGTERM: sessions in flight may finish this long
 

@@ -171,11 +171,14 @@ async def speech(request: web.Request) -> web.StreamResponse:
     req = parse_speech(body, gw.settings, gw.engine)
     headers = {"Content-Type": req.content_type, "X-Speed-Applied": f"{req.options.speed:g}",
                "X-Voice": req.options.voice, "X-Sample-Rate": str(req.options.sample_rate)}
-    if not req.stream:
-        pcm = await batch.synthesize_pcm(gw.hub, req.options, gw.settings)
-        return web.Response(body=encode_reply(req, pcm), headers=headers)
-    async with contextlib.aclosing(_payloads(req, gw)) as payloads:
-        if req.stream_format == "sse":
-            headers["X-Audio-Content-Type"] = headers.pop("Content-Type")  # what the deltas hold
-            return await stream_sse(request, payloads, headers, usage(req.options.text))
-        return await stream_audio(request, payloads, headers)
+    # a session like the channels': queued past the active ones, refused (503 + Retry-After)
+    # past the queue, for as long as the audio is being made and, streamed, sent
+    async with gw.admission.session(request.remote or "?"):
+        if not req.stream:
+            pcm = await batch.synthesize_pcm(gw.hub, req.options, gw.settings)
+            return web.Response(body=encode_reply(req, pcm), headers=headers)
+        async with contextlib.aclosing(_payloads(req, gw)) as payloads:
+            if req.stream_format == "sse":
+                headers["X-Audio-Content-Type"] = headers.pop("Content-Type")  # what the deltas hold
+                return await stream_sse(request, payloads, headers, usage(req.options.text))
+            return await stream_audio(request, payloads, headers)

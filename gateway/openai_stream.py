@@ -4,7 +4,9 @@ Both take the reply's payloads as the pipeline makes them and wait for the first
 they answer: an error before it (bad voice, engine down, nothing to speak) is still a plain
 HTTP error with the JSON shape of every route. After it the status is sent, so an error ends
 the audio stream without its last chunk (the client sees a truncated transfer, not a short
-file that looks whole), and the SSE stream with an ``error`` event.
+file that looks whole), and the SSE stream with an ``error`` event. A client that stops reading
+is cut off as on the channels (``slowclient.py``: ``send_timeout_s``, ``send_queue_bytes``), which
+ends its session and frees its admission slot.
 
 SSE is OpenAI's own form (``stream_format: "sse"``): bare ``data:`` lines of JSON, ``\\n``
 line ends, ``{"type": "speech.audio.delta", "audio": <base64>}`` per payload (whole MP3
@@ -20,7 +22,9 @@ from typing import Any, AsyncIterator
 from aiohttp import web
 from aiohttp_sse import EventSourceResponse
 
+from .errors import SlowClient
 from .pipeline import error_event
+from .slowclient import cut_off, send_limits
 
 log = logging.getLogger(__name__)
 
@@ -39,17 +43,21 @@ async def stream_audio(request: web.Request, payloads: AsyncIterator[bytes],
     response.enable_chunked_encoding()
     await response.prepare(request)
     try:
-        await response.write(first)
-        async for data in payloads:
-            await response.write(data)
+        data: bytes | None = first
+        while data is not None:
+            async with send_limits(request):  # a reader that stops is cut off
+                await response.write(data)
+            data = await anext(payloads, None)
+        async with send_limits(request):
+            await response.write_eof()
     except ConnectionError:
         raise
+    except SlowClient as exc:
+        cut_off(request, "speech", exc)
     except Exception as exc:
         log.warning("streamed speech failed after the headers: %s", error_event(exc).fields["message"])
         if request.transport is not None:
             request.transport.abort()
-        return response
-    await response.write_eof()
     return response
 
 
@@ -64,15 +72,29 @@ async def stream_sse(request: web.Request, payloads: AsyncIterator[bytes], heade
     async with EventSourceResponse(headers=headers, sep="\n", allow_all_methods=True) as resp:
         await resp.prepare(request)
         try:
-            data: bytes | None = first
-            while data is not None:
-                audio = base64.b64encode(data).decode("ascii")
-                await resp.send(_data({"type": "speech.audio.delta", "audio": audio}))
-                data = await anext(payloads, None)
-        except ConnectionError:
-            raise
-        except Exception as exc:
-            await resp.send(_data({"type": "error", "error": error_event(exc).fields}))
-            return resp
-        await resp.send(_data({"type": "speech.audio.done", "usage": done_usage}))
+            await _events(request, resp, first, payloads, done_usage)
+        except SlowClient as exc:  # it can take no event: cut off
+            cut_off(request, "speech", exc)
+            return web.Response(status=499)
     return resp
+
+
+async def _events(request: web.Request, resp: EventSourceResponse, first: bytes,
+                  payloads: AsyncIterator[bytes], done_usage: dict[str, int]) -> None:
+    async def send(fields: dict[str, Any]) -> None:
+        async with send_limits(request):  # a reader that stops is cut off
+            await resp.send(_data(fields))
+
+    try:
+        data: bytes | None = first
+        while data is not None:
+            await send({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")})
+            data = await anext(payloads, None)
+    except (ConnectionError, SlowClient):
+        raise
+    except Exception as exc:
+        await send({"type": "error", "error": error_event(exc).fields})
+        return
+    await send({"type": "speech.audio.done", "usage": done_usage})
+    async with send_limits(request):
+        await resp.write_eof()

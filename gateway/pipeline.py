@@ -16,8 +16,10 @@ Each stage is one task; each link is a queue, and the backpressure is the queues
   more, and one after another. An entry is the segment's own queue: its ``sentence`` event,
   then its PCM chunks as the hub yields them (bounded by the segment's length), then ``None``
   (or the exception that ended it). A segment's ``WordTimes`` (engines that give them) come
-  before the PCM they describe; the encoder stage puts them on the reply's timeline (the audio
-  encoded before the segment, plus the encoder's lead-in a player hears) as a ``words`` event.
+  before the PCM they describe, each on the segment's own timeline however many there are
+  (one per model call, or per clause from a model container); the encoder stage puts them on
+  the reply's timeline (the audio encoded before the segment, plus the encoder's lead-in a
+  player hears) as a ``words`` event.
 * ``out``: events for the channel (``OUT_EVENTS`` at most), which marks each one done once it
   has sent it. A reply's first 100 ms are encoded alone and sent (``out.join()``) before the
   rest of its first chunk is encoded; after that the bound is the backpressure: a client that
@@ -98,6 +100,7 @@ class Pipeline:
         self.transcript = Transcript()  # what the reply said, when; what the listener heard
         self.encoded = 0  # samples given to the encoder so far: the reply's timeline
         self.ended = False
+        self.cut = self.segments_done = 0  # segments made by the segmenter / all encoded
         self.t_input: float | None = None  # first input of this reply
         self.stats = {"sentences": 0, "audio_bytes": 0, "payloads": 0}
         self.ttfb_ms: float | None = None
@@ -129,6 +132,12 @@ class Pipeline:
                 self.first_segment_ms = self.elapsed_ms()
             self.pending.append(piece)
             self.texts.put_nowait(piece)
+            self.cut += 1
+
+    @property
+    def busy(self) -> bool:
+        """Segments are cut and not all encoded yet: the reply is at work."""
+        return self.cut > self.segments_done
 
     def elapsed_ms(self) -> float:
         return round((time.perf_counter() - (self.t_input or time.perf_counter())) * 1000, 1)
@@ -192,6 +201,7 @@ class Pipeline:
     async def _encode_segments(self) -> None:
         index, started = 0, -1
         while (segment := await self.ready.get()) is not None:
+            base = self.encoded  # the segment's first sample on the reply's timeline
             while (item := await segment.get()) is not None:
                 if isinstance(item, BaseException):
                     await self.out.put(error_event(item))
@@ -200,14 +210,16 @@ class Pipeline:
                     self.transcript.segment(index, item.fields["text"])
                     await self.out.put(item)
                     continue
-                if isinstance(item, WordTimes):
-                    await self.out.put(self._words(item, index))
+                if isinstance(item, WordTimes):  # on the segment's timeline, however many come
+                    await self.out.put(self._words(item, index, base))
                     continue
                 if started < index:  # the segment's first audio: where it starts on the timeline
                     started = index
                     self.transcript.started(index, self._ms(self.encoded))
                 await self._encode(item, index)
+            self.transcript.complete(index)
             index += 1
+            self.segments_done = index
         if not self.listener.samples:  # never a reply that ends without a sound
             await self.out.put(error_event(NothingToSpeak(
                 "nothing to speak: the text has no letter or digit the voice can read")))
@@ -220,9 +232,8 @@ class Pipeline:
         """A point of the reply's audio as a player plays it, in ms (the encoder's lead-in first)."""
         return round(1000 * (samples + self.lead_in) / self.sample_rate, 1)
 
-    def _words(self, times: WordTimes, index: int) -> Event:
-        offset = self.encoded + self.lead_in
-        words = times.to_ms(offset, self.sample_rate)
+    def _words(self, times: WordTimes, index: int, base: int) -> Event:
+        words = times.to_ms(base + self.lead_in, self.sample_rate)
         self.transcript.words(index, words)
         return Event("words", {"sentence": index, "words": words})
 
@@ -261,10 +272,17 @@ class Pipeline:
             "total_ms": self.elapsed_ms(),
         }
 
-    async def stop(self) -> None:
-        """Stop every stage (the hub stops an engine call nobody else follows)."""
-        for task in self.tasks:
+    async def stop(self, *, but: asyncio.Task[Any] | None = None) -> None:
+        """Stop every stage (the hub stops an engine call nobody else follows); ``but``: a
+        task of the pipeline's that stops the others and goes on (an agent turn that failed)."""
+        tasks = [task for task in self.tasks if task is not but]
+        for task in tasks:
             task.cancel()
-        for task in self.tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if not tasks:
+            return
+        # not `await task` under suppress(CancelledError): that would swallow a cancel of the
+        # task calling stop() too (a cancel of the failed agent turn that is stopping the rest)
+        await asyncio.wait(tasks)
+        for task in tasks:
+            if not task.cancelled() and (exc := task.exception()) is not None:
+                raise exc
