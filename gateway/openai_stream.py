@@ -50,8 +50,8 @@ async def stream_audio(request: web.Request, payloads: AsyncIterator[bytes],
             data = await anext(payloads, None)
         async with send_limits(request):
             await response.write_eof()
-    except ConnectionError:
-        raise
+    except ConnectionError:  # the client left: aclosing() in the route stops its synthesis
+        log.debug("streamed speech: the client left")
     except SlowClient as exc:
         cut_off(request, "speech", exc)
     except Exception as exc:
@@ -75,6 +75,9 @@ async def stream_sse(request: web.Request, payloads: AsyncIterator[bytes], heade
             await _events(request, resp, first, payloads, done_usage)
         except SlowClient as exc:  # it can take no event: cut off
             cut_off(request, "speech", exc)
+            return web.Response(status=499)
+        except ConnectionError:  # the client left: aclosing() in the route stops its synthesis
+            log.debug("streamed speech events: the client left")
             return web.Response(status=499)
     return resp
 
