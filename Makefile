@@ -1,6 +1,7 @@
 # Two commands do all set-up on a fresh machine:
 #   make run    installs the gateway into .venv and serves it on the embedded engine (:8000)
 #   make test   installs everything the tests need (Debian packages included) and runs them
+#   make test-fast  the suite without the real model and the browser: a quick signal while you work
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -10,7 +11,7 @@ STAMP_RUN  := $(VENV)/.installed-run
 STAMP_TEST := $(VENV)/.installed-test
 PYTEST_ARGS ?=
 
-.PHONY: run test install install-test voices voices-required debian-deps clean test-sagemaker312 test-clients
+.PHONY: run test test-fast install install-test voices voices-required debian-deps clean test-sagemaker312 test-clients
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +58,11 @@ test: install-test voices-required
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-sagemaker312
 	$(MAKE) --no-print-directory test-clients
+
+# Everything that needs neither the real model nor a browser (tests marked `slow` or `browser`
+# are left out): the loop to run while changing a module. `make test` stays the full suite.
+test-fast: $(STAMP_TEST) voices-required
+	$(PY) -m pytest -q -p no:cacheprovider -m "not slow and not browser" $(PYTEST_ARGS)
 
 # The SageMaker bidirectional-stream SDK needs Python 3.12: its tests run in their own venv,
 # made from pyenv's 3.12 (installed on these machines), against a local HTTP/2 + TLS stand-in.

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable, Iterator
 
 import aiohttp
 import pytest
@@ -40,6 +41,18 @@ class Server:
 
 def fake_settings(**overrides: object) -> Settings:
     return load_settings(env={}, overrides={"engine": "fake", "speed_warmup_text": "", **overrides})
+
+
+@pytest.fixture(autouse=True)
+def restore_log_levels() -> Iterator[None]:
+    """A benchmark's main run in-process (bench ttfb, clients, ...) quiets the access log and
+    the gateway's logger for its table; put them back, or every later test that reads the
+    access log at INFO sees nothing."""
+    names = ("aiohttp.access", "gateway", "bench")
+    levels = {name: logging.getLogger(name).level for name in names}
+    yield
+    for name, level in levels.items():
+        logging.getLogger(name).setLevel(level)
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ from gateway.config import Settings
 from gateway.audio.decode import decode_mp3
 from gateway.audio.mp3 import is_whole_frames
 from bench.client import ws_stream
+from bench.servers import serve_app, serve_gateway
 from gateway.container import STREAM_PATH, make_container_app
 from gateway.engines.fake import FakeEngine, fake_duration_s
 from gateway.errors import EngineError
@@ -315,21 +316,20 @@ class ModalFake(FakeEngine):
         return super().synthesize(text, voice=voice, speed=speed, timestamps=timestamps)
 
 
-async def test_gateway_forwards_vocoder_and_the_listeners_buffer(start_server, http: aiohttp.ClientSession) -> None:
+async def test_gateway_forwards_vocoder_and_the_listeners_buffer(http: aiohttp.ClientSession) -> None:
     """The container's engine streams inside a segment only for a listener who waits: the
     gateway in front must tell it the mode asked for and the audio the listener holds."""
     modal = ModalFake(fake_settings(fake_rtf=0.2, fake_chunk_ms=100))
-    runner = web.AppRunner(make_container_app(fake_settings(), modal))
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        server = await start_server(fake_settings(engine="container", container_url=f"ws://127.0.0.1:{port}{STREAM_PATH}"))
-        assert server.engine.vocoder_modes == ModalFake.modes
-        r = await ws_stream(http, server.ws_url, text=REPLY, options={"vocoder": "frozen", "cache": False})
-        assert r.done and r.of("ready")[0]["vocoder"] == "frozen"
-        assert [mode for mode, _ in modal.asked] == ["frozen"] * len(r.of("sentence"))
-        held = [b for _, b in modal.asked]
-        assert held[0] == 0.0 and max(held[1:]) > 0.3  # later segments: the listener holds audio
-    finally:
-        await runner.cleanup()
+    # the gateway stops (closing its pooled socket) before the container: a container stopped
+    # first waits out its shutdown timeout for that socket (2 minutes of nothing)
+    async with serve_app(make_container_app(fake_settings(), modal)) as container_url:
+        settings = fake_settings(engine="container",
+                                 container_url=container_url.replace("http://", "ws://") + STREAM_PATH)
+        async with serve_gateway(settings) as (url, app):
+            assert app[GATEWAY].engine.vocoder_modes == ModalFake.modes
+            ws_url = url.replace("http://", "ws://") + "/v1/stream/ws"
+            r = await ws_stream(http, ws_url, text=REPLY, options={"vocoder": "frozen", "cache": False})
+    assert r.done and r.of("ready")[0]["vocoder"] == "frozen"
+    assert [mode for mode, _ in modal.asked] == ["frozen"] * len(r.of("sentence"))
+    held = [b for _, b in modal.asked]
+    assert held[0] == 0.0 and max(held[1:]) > 0.3  # later segments: the listener holds audio

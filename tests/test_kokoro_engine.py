@@ -74,6 +74,7 @@ def write_model_folder(folder: Path) -> dict:
     return config
 
 
+@pytest.mark.slow  # builds the full-size Kokoro-82M (random weights) on torch: 20-55 s
 async def test_kokoro_engine_loads_offline_and_synthesizes(tmp_path: Path, start_server, http) -> None:
     config = write_model_folder(tmp_path)
     settings = load_settings(env={}, overrides={"engine": "kokoro", "kokoro_dir": str(tmp_path), "kokoro_device": "cpu"})
@@ -133,6 +134,7 @@ async def test_missing_model_file_is_named(tmp_path: Path, remove: str, named: s
     assert named in info.value.message and str(tmp_path) in info.value.message
 
 
+@pytest.mark.slow  # builds the full-size Kokoro-82M (random weights) on torch: 20-55 s
 async def test_voice_packs_come_from_the_store_without_any_in_the_folder(tmp_path: Path) -> None:
     write_model_folder(tmp_path)
     (tmp_path / "voices" / "af_test.pt").unlink()
@@ -162,6 +164,7 @@ async def test_unset_folder_says_which_setting() -> None:
         await engine.start()
 
 
+@pytest.mark.slow  # builds the full-size Kokoro-82M (random weights) on torch: 20-55 s
 async def test_kokoro_engine_word_times_come_from_pred_dur(tmp_path: Path) -> None:
     """``pred_dur`` (one frame a token here: the duration head is zeroed) places each word:
     a word lasts its phonemes' frames, words follow in order inside the audio, and a text over
