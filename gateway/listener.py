@@ -5,17 +5,28 @@ One ``Listener`` per reply. Before each segment the synthesis stage asks it whet
 player should hold; the stages tell it the audio made (``made``) and when the first payload
 went out (``first_audio``). A batch reply has no listener yet (``live=False``): no waits, and
 the mode it was given for every segment.
+
+Across sessions it is what the engine's scheduler and budget read: ``deadline`` (when the
+listener's buffer runs dry: the player's estimated start, once it holds the preroll it was
+told, or the start it was promised at admission, plus the audio made) and ``stream`` (the
+engine work its remaining segments need, each with its deadline). With other listeners on
+the engine, ``preroll_ms`` plays out everyone's work as the scheduler will (``budget.edf``):
+the work queued ahead of this listener counts, not only its own text.
 """
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
+from .budget import Job, Stream, edf
 from .config import Settings
 from .options import StreamOptions
-from .schedule import forecast, preroll_s
+from .schedule import forecast, preroll_from, preroll_s
 from .speed import LiveSpeed
+
+if TYPE_CHECKING:
+    from .budget import Budget
 
 
 def preroll_ms(speed: LiveSpeed, settings: Settings, rate: float, texts: Sequence[str],
@@ -29,19 +40,55 @@ def preroll_ms(speed: LiveSpeed, settings: Settings, rate: float, texts: Sequenc
 
 class Listener:
     def __init__(self, speed: LiveSpeed, settings: Settings, options: StreamOptions, *,
-                 requested: str | None, sample_rate: int, live: bool = True) -> None:
+                 requested: str | None, sample_rate: int, live: bool = True,
+                 budget: "Budget | None" = None, clock: Callable[[], float] = time.perf_counter) -> None:
         self.speed, self.settings, self.options = speed, settings, options
         self.requested = requested  # the vocoder mode the request asked for (or the engine's)
         self.sample_rate, self.live = sample_rate, live
+        self.budget, self.clock = budget, clock
         self.samples = 0  # audio made for this reply
-        self.t_created = time.perf_counter()
-        self.t_first_audio: float | None = None  # perf_counter of the first audio payload
+        self.segment_samples = 0  # ... of it in the segment being made
+        self.t_created = clock()
+        self.t_first_audio: float | None = None  # clock of the first audio payload
+        self.promised_start: float | None = None  # clock: the start forecast at admission
+        self.preroll_told_s = 0.0  # the preroll in force for the player
+        self.t_play: float | None = None  # clock: when the player held that preroll (its start)
 
     def made(self, samples: int) -> None:
         self.samples += samples
+        self.segment_samples += samples
+        if self.t_play is None and self.samples / self.sample_rate >= self.preroll_told_s - 1e-9:
+            self.t_play = self.clock()
 
     def first_audio(self) -> None:
-        self.t_first_audio = time.perf_counter()
+        self.t_first_audio = self.clock()
+
+    def deadline(self) -> float:
+        """When the listener runs dry unless more audio comes (the engine queue's order)."""
+        made = self.samples / self.sample_rate
+        if not self.live:  # nobody plays it yet: behind every listener, never starved
+            return self.t_created + self.settings.lookahead_s + made
+        if held := self.options.buffered_s:
+            return self.t_created + held + made
+        base = self.t_play if self.t_play is not None else self.promised_start
+        return (base if base is not None else self.t_created) + made
+
+    def stream(self, texts: Sequence[str], now: float, running: float | None, current: bool) -> Stream:
+        """The engine work ``texts`` need (``texts[0]`` the segment being made when ``current``),
+        each segment due when the listener would run dry without it; ``running``: the compute
+        left in this listener's call on the engine now."""
+        speed, rate, k = self.speed, self.options.speed, self.speed.safety(self.settings.preroll_safety)
+        mode = self.later_mode()
+        due, release, jobs = self.deadline() - now, 0.0, []
+        for i, text in enumerate(texts):
+            audio = speed.audio_s(text, rate)
+            left = max(0.0, audio - self.segment_samples / self.sample_rate) if i == 0 and current else audio
+            if i == 0 and current and running is not None:
+                release = running  # on the engine now: its slot is busy that long
+            elif audio > 0:
+                jobs.append(Job(k * speed.predict(mode, audio) * left / audio, due, left))
+            due += left
+        return Stream(tuple(jobs), release)
 
     def buffered_s(self) -> float:
         """Audio made for the listener that they have not heard yet (0 before the first):
@@ -51,10 +98,10 @@ class Listener:
             return 0.0
         made = self.samples / self.sample_rate
         if held := self.options.buffered_s:
-            return max(0.0, held + made - (time.perf_counter() - self.t_created))
+            return max(0.0, held + made - (self.clock() - self.t_created))
         if self.t_first_audio is None:
             return 0.0
-        return max(0.0, made - (time.perf_counter() - self.t_first_audio))
+        return max(0.0, made - (self.clock() - self.t_first_audio))
 
     def mode_for(self, text: str) -> str | None:
         """The vocoder mode for this segment. ``frozen-first`` streams inside a segment only
@@ -87,7 +134,29 @@ class Listener:
         the rest what is forecast to follow it."""
         later = self.later_mode()
         modes = [mode if k == 0 else later for k in range(len(texts))]
-        return preroll_ms(self.speed, self.settings, self.options.speed, texts, self.buffered_s(), modes)
+        shared = self.shared_preroll_s(texts)
+        ms = (round(1000 * shared) if shared is not None else
+              preroll_ms(self.speed, self.settings, self.options.speed, texts, self.buffered_s(), modes))
+        if self.t_play is None:
+            self.preroll_told_s = ms / 1000
+        return ms
+
+    def shared_preroll_s(self, texts: Sequence[str]) -> float | None:
+        """The preroll with the other listeners' work on the engine (None: it has no others):
+        this reply's segments finish where the scheduler will serve them."""
+        if self.budget is None or not self.live:
+            return None
+        others, free = self.budget.streams(exclude=self)
+        if not others and not any(free):
+            return None
+        now = self.clock()
+        mine = self.stream(texts, now, None, current=False)
+        finish = edf([*others, mine], free or [0.0])[-1]
+        pieces, position = [], 0.0
+        for job, at in zip(mine.jobs, finish):
+            pieces.append((at, job.audio_s, position))
+            position += job.audio_s
+        return preroll_from(pieces, self.buffered_s())
 
     async def wait(self, pending: Sequence[str]) -> None:
         """Far enough ahead of the listener (``lookahead_s`` beyond what the next segments are

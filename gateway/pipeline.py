@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .audio.encoders import Encoder, make_encoder
+from .budget import Stream, Verdict
 from .config import Settings
 from .errors import GatewayError, NothingToSpeak
 from .heard import Transcript
@@ -84,7 +85,10 @@ class Pipeline:
         self.sample_rate = hub.engine.sample_rate
         self.segmenter = Segmenter(first_clause_words=s.first_clause_words if o.first_clause else 0,
                                    max_chars=s.max_segment_chars)
-        self.listener = Listener(hub.speed, s, o, requested=requested, sample_rate=self.sample_rate, live=live)
+        self.listener = Listener(hub.speed, s, o, requested=requested, sample_rate=self.sample_rate, live=live,
+                                 budget=hub.budget if live else None)
+        self.verdict: Verdict | None = None  # the real-time budget's, for a reply that opens a session
+        self.current: str | None = None  # the segment being synthesized
         self.texts: asyncio.Queue[str | None] = asyncio.Queue()
         self.pending: collections.deque[str] = collections.deque()  # in `texts`, for the forecast
         self.ready: asyncio.Queue[SegmentQueue | None] = asyncio.Queue(maxsize=max(1, s.lookahead))
@@ -131,17 +135,38 @@ class Pipeline:
         return round((time.perf_counter() - (self.t_input or time.perf_counter())) * 1000, 1)
 
     # -- synthesis ------------------------------------------------------------------------
+    def stream(self, now: float, running: float | None) -> Stream:
+        """The engine work this reply still needs (a member of the hub's budget)."""
+        texts = self._forecast_texts(self.current)
+        return self.listener.stream(texts, now, running, current=self.current is not None)
+
+    async def _enter(self) -> None:
+        """Join the engine's admitted listeners: at once, or after the queue (``ready.queued_ms``)."""
+        if not self.listener.live:
+            return
+        v = self.verdict
+        budget = self.hub.budget
+        audio = lambda: [budget.speed.audio_s(t, self.options.speed) for t in self._forecast_texts(None)]  # noqa: E731
+        await budget.enter(self, audio, self.listener.requested, v or Verdict(0.0, 0.0, 0.0))
+        if v is not None:
+            start = v.start_s if not v.wait_s else budget.verdict(audio(), self.listener.requested, self).start_s
+            self.listener.promised_start = self.listener.clock() + min(start, self.settings.lookahead_s)
+
     async def _synthesis_stage(self) -> None:
         segment: SegmentQueue | None = None
         try:
             index = 0
             while (text := await self.texts.get()) is not None:
+                if index == 0:
+                    await self._enter()
                 segment = SegmentQueue()
                 await self.ready.put(segment)  # waits while `lookahead` segments are queued
                 await self.listener.wait(self.pending)
                 self.pending.popleft()
+                self.current, self.listener.segment_samples = text, 0
                 await self._synthesize(segment, index, text)
-                segment, index = None, index + 1
+                self.current, segment, index = None, None, index + 1
+            self.hub.budget.remove(self)  # nothing more for the engine
             await self.ready.put(None)
         except asyncio.CancelledError:
             raise
@@ -158,7 +183,7 @@ class Pipeline:
                                               "preroll_ms": listener.preroll_ms(self._forecast_texts(text), mode)}))
         synth = self.hub.synthesize(text, voice=o.voice, speed=o.speed, mode=mode,
                                     key_mode=listener.requested or "", buffered_s=listener.buffered_s(),
-                                    share=o.cache)
+                                    share=o.cache, slot=(listener.deadline(), listener))
         made = 0
         async with contextlib.aclosing(synth) as chunks:
             async for pcm in chunks:
@@ -260,6 +285,7 @@ class Pipeline:
 
     async def stop(self) -> None:
         """Stop every stage (the hub stops an engine call nobody else follows)."""
+        self.hub.budget.remove(self)
         for task in self.tasks:
             task.cancel()
         for task in self.tasks:

@@ -130,7 +130,7 @@ class WsChannel(Channel):
 
     # -- the client's messages -> the session -------------------------------------------
     async def start_session(self, fields: dict[str, Any]) -> StreamSession:
-        session = self.new_session(await self.options_for({**self.query, **fields}))
+        session = await self.admitted_session(await self.options_for({**self.query, **fields}))
         self.msgpack = session.options.envelope == "msgpack"
         session.multi_turn = True  # each `prompt` is a turn; the socket stays open until `end`
         self.session = session
