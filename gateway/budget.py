@@ -151,6 +151,14 @@ def forecast(others: Sequence[Stream], work: Sequence[float], audio: Sequence[fl
     return hi, alone
 
 
+def planned(audio: Sequence[float]) -> list[float]:
+    """``audio`` itself, or a nominal reply's segments when it is not known yet."""
+    if audio:
+        return list(audio)
+    n = max(1, round(TYPICAL_AUDIO_S / SEGMENT_S))
+    return [TYPICAL_AUDIO_S / n] * n
+
+
 class Budget:
     """The admitted members, the queue of those waiting, and the verdict for a newcomer."""
 
@@ -223,11 +231,9 @@ class Budget:
     # -- admission ------------------------------------------------------------------------
     def plan(self, audio: Sequence[float], mode: str | None) -> tuple[list[float], list[float]]:
         """Work and audio of a reply's segments (``audio`` s each; a nominal reply when empty)."""
-        if not audio:
-            n = max(1, round(TYPICAL_AUDIO_S / SEGMENT_S))
-            audio = [TYPICAL_AUDIO_S / n] * n
+        audio = planned(audio)
         k = self.safety()
-        return [k * self.speed.predict(mode, a) for a in audio], list(audio)
+        return [k * self.speed.predict(mode, a) for a in audio], audio
 
     def verdict(self, audio: Sequence[float], mode: str | None, exclude: object = None) -> Verdict:
         work, seg_audio = self.plan(audio, mode)
@@ -237,7 +243,8 @@ class Budget:
         return Verdict(start, alone, 0.0 if start <= limit + 1e-6 else start - limit)
 
     def admit(self, audio: Sequence[float], mode: str | None) -> Verdict:
-        """The verdict for a new session, or ``Overloaded`` when it must be refused."""
+        """The verdict for a new session (``audio``: its segments' forecast audio; empty: not
+        known yet, a nominal reply), or ``Overloaded`` when it must be refused."""
         if not self.enabled:
             return ADMIT
         v = self.verdict(audio, mode)

@@ -73,22 +73,23 @@ class Listener:
         base = self.t_play if self.t_play is not None else self.promised_start
         return (base if base is not None else self.t_created) + made
 
-    def stream(self, texts: Sequence[str], now: float, running: float | None, current: bool) -> Stream:
-        """The engine work ``texts`` need (``texts[0]`` the segment being made when ``current``),
-        each segment due when the listener would run dry without it; ``running``: the compute
-        left in this listener's call on the engine now."""
-        speed, rate, k = self.speed, self.options.speed, self.speed.safety(self.settings.preroll_safety)
-        mode = self.later_mode()
+    def stream(self, audio: Sequence[float], now: float, running: float | None, current: bool) -> Stream:
+        """The engine work of segments of ``audio`` s (``audio[0]`` the segment being made when
+        ``current``), each due when the listener would run dry without it; ``running``: the
+        compute left in this listener's call on the engine now."""
+        speed, k, mode = self.speed, self.speed.safety(self.settings.preroll_safety), self.later_mode()
         due, release, jobs = self.deadline() - now, 0.0, []
-        for i, text in enumerate(texts):
-            audio = speed.audio_s(text, rate)
-            left = max(0.0, audio - self.segment_samples / self.sample_rate) if i == 0 and current else audio
+        for i, a in enumerate(audio):
+            left = max(0.0, a - self.segment_samples / self.sample_rate) if i == 0 and current else a
             if i == 0 and current and running is not None:
                 release = running  # on the engine now: its slot is busy that long
-            elif audio > 0:
-                jobs.append(Job(k * speed.predict(mode, audio) * left / audio, due, left))
+            elif a > 0:
+                jobs.append(Job(k * speed.predict(mode, a) * left / a, due, left))
             due += left
         return Stream(tuple(jobs), release)
+
+    def audio_of(self, texts: Sequence[str]) -> list[float]:
+        return [self.speed.audio_s(t, self.options.speed) for t in texts]
 
     def buffered_s(self) -> float:
         """Audio made for the listener that they have not heard yet (0 before the first):
@@ -150,7 +151,7 @@ class Listener:
         if not others and not any(free):
             return None
         now = self.clock()
-        mine = self.stream(texts, now, None, current=False)
+        mine = self.stream(self.audio_of(texts), now, None, current=False)
         finish = edf([*others, mine], free or [0.0])[-1]
         pieces, position = [], 0.0
         for job, at in zip(mine.jobs, finish):

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .audio.encoders import Encoder, make_encoder
-from .budget import Stream, Verdict
+from .budget import ADMIT, Stream, Verdict
 from .config import Settings
 from .errors import GatewayError, NothingToSpeak
 from .heard import Transcript
@@ -89,6 +89,7 @@ class Pipeline:
                                  budget=hub.budget if live else None)
         self.verdict: Verdict | None = None  # the real-time budget's, for a reply that opens a session
         self.current: str | None = None  # the segment being synthesized
+        self.planned: list[float] = []  # audio (s) per segment the budget admitted it for
         self.texts: asyncio.Queue[str | None] = asyncio.Queue()
         self.pending: collections.deque[str] = collections.deque()  # in `texts`, for the forecast
         self.ready: asyncio.Queue[SegmentQueue | None] = asyncio.Queue(maxsize=max(1, s.lookahead))
@@ -136,21 +137,31 @@ class Pipeline:
 
     # -- synthesis ------------------------------------------------------------------------
     def stream(self, now: float, running: float | None) -> Stream:
-        """The engine work this reply still needs (a member of the hub's budget)."""
-        texts = self._forecast_texts(self.current)
-        return self.listener.stream(texts, now, running, current=self.current is not None)
+        """The engine work this reply still needs (a member of the hub's budget); before any
+        input, the reply it was admitted for."""
+        if self.t_input is None and self.planned:
+            return self.listener.stream(self.planned, now, None, current=False)
+        audio = self.listener.audio_of(self._forecast_texts(self.current))
+        return self.listener.stream(audio, now, running, current=self.current is not None)
+
+    def admitted(self, verdict: Verdict, planned: list[float]) -> None:
+        """The budget's verdict on the session this reply opens: admitted now (a member from
+        here on, its ``planned`` segments counted until its text comes) or queued."""
+        self.verdict, self.planned = verdict, planned
+        if verdict.wait_s == 0.0 and self.listener.live:
+            self.listener.promised_start = self.listener.clock() + min(verdict.start_s, self.settings.lookahead_s)
+            self.hub.budget.add(self)
 
     async def _enter(self) -> None:
         """Join the engine's admitted listeners: at once, or after the queue (``ready.queued_ms``)."""
-        if not self.listener.live:
+        budget, listener = self.hub.budget, self.listener
+        if not listener.live or self in budget.members:
             return
-        v = self.verdict
-        budget = self.hub.budget
-        audio = lambda: [budget.speed.audio_s(t, self.options.speed) for t in self._forecast_texts(None)]  # noqa: E731
-        await budget.enter(self, audio, self.listener.requested, v or Verdict(0.0, 0.0, 0.0))
-        if v is not None:
-            start = v.start_s if not v.wait_s else budget.verdict(audio(), self.listener.requested, self).start_s
-            self.listener.promised_start = self.listener.clock() + min(start, self.settings.lookahead_s)
+        audio = lambda: listener.audio_of(self._forecast_texts(None))  # noqa: E731
+        await budget.enter(self, audio, listener.requested, self.verdict or ADMIT)
+        if self.verdict is not None:  # it waited: the start forecast now
+            start = budget.verdict(audio(), listener.requested, self).start_s
+            listener.promised_start = listener.clock() + min(start, self.settings.lookahead_s)
 
     async def _synthesis_stage(self) -> None:
         segment: SegmentQueue | None = None
@@ -273,15 +284,9 @@ class Pipeline:
 
     def _done_fields(self) -> dict[str, Any]:
         st = self.stats
-        return {
-            "sentences": st["sentences"],
-            "audio_ms": round(self.listener.samples / self.sample_rate * 1000, 1),
-            "audio_bytes": st["audio_bytes"],
-            "payloads": st["payloads"],
-            "ttfb_ms": self.ttfb_ms,
-            "first_segment_ms": self.first_segment_ms,
-            "total_ms": self.elapsed_ms(),
-        }
+        return {"sentences": st["sentences"], "audio_ms": round(self.listener.samples / self.sample_rate * 1000, 1),
+                "audio_bytes": st["audio_bytes"], "payloads": st["payloads"], "ttfb_ms": self.ttfb_ms,
+                "first_segment_ms": self.first_segment_ms, "total_ms": self.elapsed_ms()}
 
     async def stop(self) -> None:
         """Stop every stage (the hub stops an engine call nobody else follows)."""

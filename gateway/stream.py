@@ -17,7 +17,7 @@ import uuid
 from typing import Any, AsyncIterator
 
 from .agent import AGENT_CODES, Agent, AgentError, Conversation, Turn
-from .budget import ADMIT
+from .budget import ADMIT, planned
 from .config import Settings
 from .engines.base import Engine
 from .errors import BadRequest
@@ -76,8 +76,8 @@ class StreamSession:
     def admit(self) -> None:
         """The engine's real-time budget on this session (``budget.py``): admitted now, queued
         (``ready.queued_ms``), or ``Overloaded`` with the forecast wait as its ``retry_after``."""
-        audio = [self.hub.speed.audio_s(t, self.options.speed) for t in self._texts()]
-        self.pipeline.verdict = self.hub.budget.admit(audio, self.requested_vocoder())
+        audio = planned([self.hub.speed.audio_s(t, self.options.speed) for t in self._texts()])
+        self.pipeline.admitted(self.hub.budget.admit(audio, self.requested_vocoder()), audio)
 
     def ready_fields(self) -> dict[str, Any]:
         o, s = self.options, self.settings
