@@ -23,11 +23,13 @@ listener's live RTF, over the slots), with the work queued now (``backlog_s``) b
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
+from .edf import HORIZON_S, Job, Stream, edf, forecast, late, newcomer
 from .errors import Overloaded
 
 if TYPE_CHECKING:
@@ -35,27 +37,12 @@ if TYPE_CHECKING:
     from .scheduler import EngineScheduler
     from .speed import LiveSpeed
 
-HORIZON_S = 600.0  # no forecast looks further ahead than this
+__all__ = ["ADMIT", "Budget", "Job", "Member", "Stream", "Verdict", "edf", "late", "newcomer", "planned"]
+
+log = logging.getLogger(__name__)
+
 TYPICAL_AUDIO_S = 8.0  # a reply whose text is not known yet (a WebSocket before its text)
 SEGMENT_S = 3.0  # ... cut into segments of about this much audio
-
-
-@dataclass(frozen=True, slots=True)
-class Job:
-    """One segment's engine work: ``work_s`` of compute, needed ``deadline`` s from now."""
-
-    work_s: float
-    deadline: float
-    audio_s: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class Stream:
-    """One reply's remaining segments, in order; the first may start ``release`` s from now
-    (after its own call that is running)."""
-
-    jobs: tuple[Job, ...]
-    release: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,79 +63,6 @@ class Member(Protocol):
         """The work still to do; ``running``: the compute left in this member's call that is
         running now (None when it has none running)."""
         ...
-
-
-def edf(streams: Sequence[Stream], free_at: Sequence[float]) -> list[list[float]]:
-    """Finish times (s from now) of every job of ``streams``: non-preemptive earliest deadline
-    first on ``len(free_at)`` slots (each free from its time on), a stream's jobs in order."""
-    free = sorted(free_at) or [0.0]
-    nxt = [0] * len(streams)
-    ready = [s.release for s in streams]
-    done: list[list[float]] = [[] for _ in streams]
-    left = sum(len(s.jobs) for s in streams)
-    while left:
-        t = free[0]
-        cands = [i for i, s in enumerate(streams) if nxt[i] < len(s.jobs)]
-        now_ready = [i for i in cands if ready[i] <= t + 1e-12]
-        if not now_ready:
-            t = min(ready[i] for i in cands)
-            now_ready = [i for i in cands if ready[i] <= t + 1e-12]
-        i = min(now_ready, key=lambda k: (streams[k].jobs[nxt[k]].deadline, k))
-        end = t + streams[i].jobs[nxt[i]].work_s
-        done[i].append(end)
-        ready[i] = end
-        nxt[i] += 1
-        left -= 1
-        free[0] = end
-        free.sort()
-    return done
-
-
-def late(stream: Stream, finish: Sequence[float]) -> float:
-    """How far the latest job of ``stream`` finishes after its deadline (<= 0: none late)."""
-    return max((f - j.deadline for j, f in zip(stream.jobs, finish)), default=-math.inf)
-
-
-def newcomer(work: Sequence[float], audio: Sequence[float], start: float) -> Stream:
-    """A reply that starts playing ``start`` s from now: segment k is due then plus the audio before it."""
-    jobs, pos = [], 0.0
-    for w, a in zip(work, audio):
-        jobs.append(Job(w, start + pos, a))
-        pos += a
-    return Stream(tuple(jobs))
-
-
-def forecast(others: Sequence[Stream], work: Sequence[float], audio: Sequence[float],
-             free_at: Sequence[float]) -> tuple[float, float]:
-    """(start, start alone): the earliest playback start of a new reply (segments' ``work`` and
-    ``audio``) that keeps every other stream no later than it is without it and every one of
-    its own segments in time; the same on an idle engine. ``inf`` beyond ``HORIZON_S``."""
-    if not work:
-        return 0.0, 0.0
-    alone_fin = edf([newcomer(work, audio, 0.0)], [0.0] * len(free_at))[0]
-    alone = max(0.0, late(newcomer(work, audio, 0.0), alone_fin))
-    if not others and not any(free_at):
-        return alone, alone
-    base = [max(0.0, late(s, f)) for s, f in zip(others, edf(others, free_at))]
-
-    def fits(start: float) -> bool:
-        mine = newcomer(work, audio, start)
-        fin = edf([*others, mine], free_at)
-        if late(mine, fin[-1]) > 1e-6:
-            return False
-        return all(late(s, f) <= b + 1e-6 for s, f, b in zip(others, fin, base))
-
-    lo, hi = alone, alone + sum(work) + sum(sum(j.work_s for j in s.jobs) for s in others) + max(free_at, default=0)
-    if fits(lo):
-        return lo, alone
-    if hi > HORIZON_S or not fits(hi):
-        return math.inf, alone
-    for _ in range(30):
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
-        if hi - lo < 0.01:
-            break
-    return hi, alone
 
 
 def planned(audio: Sequence[float]) -> list[float]:
@@ -191,18 +105,20 @@ class Budget:
         self._changed = asyncio.Event()
 
     def slots(self) -> int:
-        """Slots that matter: an engine with more slots than members never makes anyone wait."""
-        return min(self.scheduler.slots, len(self.members) + 1)
+        """Slots that matter: an engine with more slots than calls and members (and a newcomer)
+        never makes anyone wait."""
+        return min(self.scheduler.slots, len(self.members) + len(self.scheduler.running) + 1)
 
     def streams(self, exclude: object = None) -> tuple[list[Stream], list[float]]:
         """Every member's remaining work now, and when each slot is free."""
         now = self.clock()
         running: dict[int, float] = {}
-        for call, left in zip(self.scheduler.running, self.scheduler.remaining_s()):
+        left_s = self.scheduler.remaining_s()  # once: the same instant for every part
+        for call, left in zip(self.scheduler.running, left_s):
             if call.owner is not None:
                 running[id(call.owner)] = left
-        free = sorted(self.scheduler.remaining_s())[: self.slots()]
-        free += [0.0] * (self.slots() - len(free))
+        busy = sorted(left_s)  # each running call holds its slot that long
+        free = busy + [0.0] * (self.slots() - len(busy))
         streams = []
         for m in self.members:
             listener = getattr(m, "listener", m)
@@ -212,13 +128,23 @@ class Budget:
         return [s for s in streams if s.jobs], free
 
     def safety(self) -> float:
-        return self.speed.safety(self.safety_floor)
+        """The stretch of every forecast here: the learned margin, never below the floor (what
+        admission promises must hold on a machine noisier than the replies it learned from)."""
+        return max(self.safety_floor, self.speed.safety(self.safety_floor))
 
-    def load(self) -> float:
-        """Engine-seconds per second the admitted listeners need while they play."""
-        streams, _ = self.streams()
+    def load(self, exclude: object = None) -> float:
+        """Engine-seconds per second the admitted listeners need while they play, per slot."""
+        streams, _ = self.streams(exclude)
         need = sum(sum(j.work_s for j in s.jobs) / max(1e-3, sum(j.audio_s for j in s.jobs)) for s in streams)
         return round(need / max(1, min(self.scheduler.slots, max(1, len(streams)))), 3)
+
+    def headroom(self, listener: object, rtf: float) -> bool:
+        """Can the engine give ``listener`` ``rtf`` engine-seconds per second beside the others'?"""
+        streams, _ = self.streams(exclude=listener)
+        if not streams or self.scheduler.slots > len(streams):
+            return True
+        need = sum(sum(j.work_s for j in s.jobs) / max(1e-3, sum(j.audio_s for j in s.jobs)) for s in streams)
+        return need + rtf <= self.scheduler.slots
 
     def backlog_s(self) -> float:
         streams, free = self.streams()
@@ -253,6 +179,8 @@ class Budget:
         wait = v.wait_s if v.wait_s > 0 else self.max_start_s  # behind the queue: at least one turn
         if wait > self.queue_timeout_s or len(self.queue) >= self.max_queued:
             retry = wait if math.isfinite(wait) else self.queue_timeout_s
+            log.warning("refused a listener: forecast start %.2f s (%.2f s alone), %d listeners, %d queued, "
+                        "load %.2f", v.start_s, v.alone_s, len(self.members), len(self.queue), self.load())
             raise Overloaded(f"the engine is fully booked: a new listener could start in {retry:.1f} s at the "
                              f"earliest (limit {self.max_start_s:g} s); retry then",
                              retry_after=max(1.0, min(60.0, retry)))
@@ -275,8 +203,9 @@ class Budget:
                     raise Overloaded("the engine stayed fully booked while this session waited; retry shortly",
                                      retry_after=max(1.0, self.max_start_s))
                 event = self._changed
-                try:
-                    await asyncio.wait_for(event.wait(), timeout=0.25)  # playback moves deadlines too
+                try:  # (not wait_for: on 3.11 it can swallow a cancel that comes with the timeout)
+                    async with asyncio.timeout(0.25):  # playback moves deadlines too: look again
+                        await event.wait()
                 except TimeoutError:
                     pass
             self.add(member)

@@ -16,7 +16,8 @@ from .workers import worker_count
 log = logging.getLogger("gateway")
 
 SUBCOMMANDS = ("serve", "container", "synth", "bench", "loadtest", "deploy")
-BENCHES = ("engine", "quality", "overhead", "transports", "ttfb", "agent", "soak", "playback", "timestamps")
+BENCHES = ("engine", "quality", "overhead", "transports", "ttfb", "agent", "soak", "playback", "timestamps",
+           "listeners")
 
 
 def _common(p: argparse.ArgumentParser) -> None:

@@ -22,11 +22,14 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from .budget import Job, Stream, edf
 from .config import Settings
 from .options import StreamOptions
+from .margins import needed_stretch, scaled
 from .schedule import forecast, preroll_from, preroll_s
-from .speed import LiveSpeed
+from .speed import DEFAULT, LiveSpeed
 
 if TYPE_CHECKING:
     from .budget import Budget
+
+SHARED = "shared"  # the margins' bucket of replies forecast beside other listeners' work
 
 
 def preroll_ms(speed: LiveSpeed, settings: Settings, rate: float, texts: Sequence[str],
@@ -53,10 +56,16 @@ class Listener:
         self.promised_start: float | None = None  # clock: the start forecast at admission
         self.preroll_told_s = 0.0  # the preroll in force for the player
         self.t_play: float | None = None  # clock: when the player held that preroll (its start)
+        # the first forecast of a reply whose whole text it saw (as the preroll it gives at each
+        # stretch), and the arrivals since: what the margins learn from
+        self.plan: tuple[Callable[[float], float], float, str] | None = None
+        self.arrivals: list[tuple[float, float]] = []
 
     def made(self, samples: int) -> None:
         self.samples += samples
         self.segment_samples += samples
+        if self.plan is not None:
+            self.arrivals.append((self.clock() - self.plan[1], samples / self.sample_rate))
         if self.t_play is None and self.samples / self.sample_rate >= self.preroll_told_s - 1e-9:
             self.t_play = self.clock()
 
@@ -77,7 +86,8 @@ class Listener:
         """The engine work of segments of ``audio`` s (``audio[0]`` the segment being made when
         ``current``), each due when the listener would run dry without it; ``running``: the
         compute left in this listener's call on the engine now."""
-        speed, k, mode = self.speed, self.speed.safety(self.settings.preroll_safety), self.later_mode()
+        speed, mode = self.speed, self.later_mode()
+        k = self.budget.safety() if self.budget is not None else speed.safety(self.settings.preroll_safety)
         due, release, jobs = self.deadline() - now, 0.0, []
         for i, a in enumerate(audio):
             left = max(0.0, a - self.segment_samples / self.sample_rate) if i == 0 and current else a
@@ -109,7 +119,8 @@ class Listener:
         when it pays: a segment whose whole synthesis is forecast to finish while the listener
         still has audio goes exact (less compute, exact sound), and so does every segment after
         the first when even streamed synthesis is slower than real time (the player holds a
-        preroll then, and the exact path, which costs less, fills it sooner)."""
+        preroll then, and the exact path, which costs less, fills it sooner), and every
+        segment when the other listeners leave the engine no headroom for it."""
         if self.requested != "frozen-first" or not self.live:
             return self.requested
         speed = self.speed
@@ -118,6 +129,9 @@ class Listener:
             return "exact"
         if self.t_first_audio is not None and self._streaming_too_slow():
             return "exact"
+        k = speed.safety(self.settings.preroll_safety)
+        if self.budget is not None and not self.budget.headroom(self, k * speed.rtf("frozen-first")):
+            return "exact"  # streaming inside a segment costs more than the engine has spare
         return self.requested
 
     def _streaming_too_slow(self) -> bool:
@@ -130,34 +144,63 @@ class Listener:
             return "exact"
         return self.requested
 
-    def preroll_ms(self, texts: Sequence[str], mode: str | None) -> int:
+    def preroll_ms(self, texts: Sequence[str], mode: str | None, complete: bool = False) -> int:
         """``preroll_ms`` for a player now; ``texts[0]`` is the segment starting (in ``mode``),
-        the rest what is forecast to follow it."""
+        the rest what is forecast to follow it; ``complete``: they are the whole reply, and
+        nothing was made yet (the forecast the margins learn from)."""
         later = self.later_mode()
         modes = [mode if k == 0 else later for k in range(len(texts))]
         shared = self.shared_preroll_s(texts)
+        if complete and self.live and self.plan is None:
+            self.plan = self._plan(texts, modes, mode)
         ms = (round(1000 * shared) if shared is not None else
               preroll_ms(self.speed, self.settings, self.options.speed, texts, self.buffered_s(), modes))
         if self.t_play is None:
             self.preroll_told_s = ms / 1000
         return ms
 
+    def learn(self) -> None:
+        """The reply is made: what its arrivals needed tunes the margins (``margins.py``)."""
+        if self.plan is not None and self.arrivals:
+            preroll_at, _, bucket = self.plan
+            self.speed.margins.observe(bucket, needed_stretch(preroll_at, self.arrivals))
+            self.plan = None
+
+    def _plan(self, texts: Sequence[str], modes: Sequence[str | None],
+              mode: str | None) -> tuple[Callable[[float], float], float, str]:
+        """The forecast a reply starts with, as the preroll it gives at each stretch."""
+        if (shared := self._shared_pieces(texts)) is not None:
+            pieces, k = shared
+            return (lambda s: preroll_from(scaled(pieces, s / k))), self.clock(), SHARED
+        segments = forecast(texts, modes, self.speed, self.options.speed)
+        return (lambda s: preroll_s(segments, 0.0, s)), self.clock(), mode or DEFAULT
+
     def shared_preroll_s(self, texts: Sequence[str]) -> float | None:
         """The preroll with the other listeners' work on the engine (None: it has no others):
-        this reply's segments finish where the scheduler will serve them."""
+        this reply's segments finish where the scheduler will serve them, stretched by the
+        margin replies shared this way needed, once learned."""
+        shared = self._shared_pieces(texts)
+        if shared is None:
+            return None
+        pieces, k = shared
+        learned = self.speed.margins.factor(SHARED)
+        return preroll_from(scaled(pieces, learned / k) if learned else pieces, self.buffered_s())
+
+    def _shared_pieces(self, texts: Sequence[str]) -> tuple[list[tuple[float, float, float]], float] | None:
+        """(arrival, audio, position) of this reply's segments where the scheduler will serve
+        them beside the others' work, forecast at the budget's stretch (returned with them)."""
         if self.budget is None or not self.live:
             return None
         others, free = self.budget.streams(exclude=self)
         if not others and not any(free):
             return None
-        now = self.clock()
-        mine = self.stream(self.audio_of(texts), now, None, current=False)
+        mine = self.stream(self.audio_of(texts), self.clock(), None, current=False)
         finish = edf([*others, mine], free or [0.0])[-1]
         pieces, position = [], 0.0
         for job, at in zip(mine.jobs, finish):
             pieces.append((at, job.audio_s, position))
             position += job.audio_s
-        return preroll_from(pieces, self.buffered_s())
+        return pieces, self.budget.safety()
 
     async def wait(self, pending: Sequence[str]) -> None:
         """Far enough ahead of the listener (``lookahead_s`` beyond what the next segments are

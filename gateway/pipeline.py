@@ -178,6 +178,7 @@ class Pipeline:
                 await self._synthesize(segment, index, text)
                 self.current, segment, index = None, None, index + 1
             self.hub.budget.remove(self)  # nothing more for the engine
+            self.listener.learn()
             await self.ready.put(None)
         except asyncio.CancelledError:
             raise
@@ -190,8 +191,9 @@ class Pipeline:
     async def _synthesize(self, segment: SegmentQueue, index: int, text: str) -> None:
         o, listener = self.options, self.listener
         mode = listener.mode_for(text)
+        preroll = listener.preroll_ms(self._forecast_texts(text), mode, complete=index == 0 and self.ended)
         segment.put_nowait(Event("sentence", {"index": index, "text": text, "t_ms": self.elapsed_ms(),
-                                              "preroll_ms": listener.preroll_ms(self._forecast_texts(text), mode)}))
+                                              "preroll_ms": preroll}))
         synth = self.hub.synthesize(text, voice=o.voice, speed=o.speed, mode=mode,
                                     key_mode=listener.requested or "", buffered_s=listener.buffered_s(),
                                     share=o.cache, slot=(listener.deadline(), listener))

@@ -15,10 +15,15 @@ the text known now: a language model's reply can still outrun it, which is why e
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import Iterable, Protocol, Sequence
 
-if TYPE_CHECKING:
-    from .speed import LiveSpeed
+
+class Speed(Protocol):  # what ``speed.LiveSpeed`` offers a forecast (no import: it imports this module's users)
+    def audio_s(self, text: str, speed: float = 1.0) -> float: ...
+
+    def predict(self, mode: str | None, audio_s: float) -> float: ...
+
+    def first_fraction(self, mode: str | None) -> float: ...
 
 PIECE_S = 0.25  # a streamed segment is modelled as pieces of this much audio
 
@@ -91,7 +96,7 @@ def oracle_start(arrivals: Iterable[tuple[float, float]]) -> float:
     return start
 
 
-def forecast(texts: Sequence[str], modes: Sequence[str | None], speed: "LiveSpeed",
+def forecast(texts: Sequence[str], modes: Sequence[str | None], speed: Speed,
              rate: float = 1.0) -> list[Forecast]:
     """Forecasts for ``texts``, each made in its mode of ``modes``, at ``speed``; ``rate`` is
     the speaking rate asked for (``speed`` option)."""
