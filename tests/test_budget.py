@@ -211,3 +211,30 @@ async def test_a_fourth_listener_on_an_engine_for_three_is_queued_while_the_thre
     assert fourth.of("ready")[0]["queued_ms"] > 0
     assert fourth.done is not None
 
+
+
+async def test_a_listener_the_engine_cannot_fit_is_refused_with_retry_after_and_the_load_is_published(
+        start_server, http) -> None:
+    from bench.client import sse_stream, ws_stream
+
+    from .conftest import fake_settings
+
+    server = await start_server(fake_settings(fake_rtf=0.6, fake_workers=1, fake_chunk_ms=100,
+                                              max_start_s=1.0, queue_timeout_s=1.0, cache_mb=0))
+    url = server.url + "/v1/stream/sse"
+    await sse_stream(http, url, text=reply(8, sentences=6), format="pcm")  # the engine's speed, measured
+    playing = asyncio.create_task(sse_stream(http, url, text=reply(0, sentences=8), format="pcm"))
+    while not server.app[GATEWAY].hub.budget.members:
+        await asyncio.sleep(0.01)
+    async with http.get(server.url + "/readyz") as r:
+        budget = (await r.json())["budget"]
+    assert budget["listeners"] == 1 and 0.5 < budget["load"] < 1.0 and budget["backlog_s"] > 0
+    async with http.get(server.url + "/metrics") as r:
+        assert "tts_engine_load " in await r.text()
+    async with http.post(url, json={"text": reply(1, sentences=8), "format": "pcm"}) as r:
+        assert r.status == 503 and int(r.headers["Retry-After"]) >= 1
+        assert (await r.json())["error"]["code"] == "overloaded"
+    refused = await ws_stream(http, server.ws_url, text=reply(2, sentences=8), options={"format": "pcm"})
+    assert refused.error["code"] == "overloaded" and refused.error["retry_after"] >= 1
+    assert refused.close_code == 1013 and not refused.payloads
+    assert (await playing).done is not None
