@@ -75,3 +75,34 @@ async def test_a_waiter_cancelled_before_its_turn_takes_no_slot() -> None:
             await waiter
         assert admission.waiting == 0 and admission.active == 1
     assert admission.active == 0
+
+
+async def test_a_joiner_that_has_not_started_gets_the_whole_segment() -> None:
+    """Issue 22, finding 13: a session that joined a shared synthesis but has not started to
+    iterate when the last running follower leaves still gets the whole segment (a listener
+    wants the audio, not a reply cut short that looks whole); on the old code it got a part."""
+    engine = FakeEngine(fake_settings(fake_rtf=0.2, fake_chunk_ms=50))
+    hub = SynthesisHub(engine)
+    text = "One two three four five six seven eight."
+    first = hub.synthesize(text, voice="tone_a", speed=1.0)
+    await first.__anext__()  # the synthesis is under way and followed
+    joiner = hub.synthesize(text, voice="tone_a", speed=1.0)  # joins it, not iterating yet
+    await first.aclose()  # the only running follower leaves
+    pcm = b"".join([c async for c in joiner if isinstance(c, bytes)])
+    assert pcm == engine.render(text, "tone_a", 1.0).tobytes()
+    assert engine.calls == 1  # shared, never restarted
+
+
+async def test_a_joiner_that_leaves_before_it_starts_still_stops_the_synthesis() -> None:
+    """Issue 22, finding 13: counting a joiner from the moment it joins must not keep a flight
+    alive after everyone has left: a joiner closed before it iterated lets it stop."""
+    engine = FakeEngine(fake_settings(fake_rtf=0.5, fake_chunk_ms=50))
+    hub = SynthesisHub(engine)
+    text = "One two three four five six seven eight nine ten."
+    first = hub.synthesize(text, voice="tone_a", speed=1.0)
+    await first.__anext__()
+    joiner = hub.synthesize(text, voice="tone_a", speed=1.0)
+    await first.aclose()
+    assert engine.active == 1  # still needed by the joiner
+    await joiner.aclose()
+    assert engine.active == 0 and not hub.flights
