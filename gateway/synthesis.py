@@ -5,7 +5,9 @@ can follow it: a session that asks for the same segment (same voice, speed, voco
 text) while it is in flight joins it, gets the chunks made so far at once, then follows it
 live (Go's singleflight, for a stream). Each session still encodes and frames its own audio.
 The flight stops when the last session following it leaves; a sharer that cancels or
-disconnects does not stop a synthesis that others still need.
+disconnects does not stop a synthesis that others still need. A session follows from the
+moment it joins, not from its first read: one that joined and has not read yet is still owed
+the whole segment.
 
 Finished segments go into a bounded LRU cache of PCM (``cache_mb``), so the greetings and
 confirmations an agent repeats all day are served at once. A request with ``cache: false``
@@ -138,29 +140,54 @@ class Flight:
         for event in self.followers:
             event.set()
 
-    async def follow(self) -> AsyncIterator[Item]:
-        """The chunks from the first, live; leaving stops the flight if nobody else follows."""
-        event = asyncio.Event()
-        self.followers.add(event)
-        sent = 0
-        try:
-            while True:
-                while sent < len(self.chunks):
-                    sent += 1
-                    yield self.chunks[sent - 1]
-                if self.done:
-                    if self.error is not None:
-                        raise self.error
-                    return
-                event.clear()
-                await event.wait()
-        finally:
-            self.followers.discard(event)
-            if not self.followers and not self.done:
-                self.hub.forget(self)  # nobody joins a flight that is being stopped
-                self.task.cancel()  # nobody needs it any more: the engine stops
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self.task
+    def follow(self) -> "Follower":
+        """A follower, counted from now (not from its first read), so that the flight goes on
+        for a session that joined it but has not started reading when the others leave."""
+        return Follower(self)
+
+    async def leave(self, event: asyncio.Event) -> None:
+        """A follower is done with the flight: stop it if nobody else follows."""
+        self.followers.discard(event)
+        if not self.followers and not self.done:
+            self.hub.forget(self)  # nobody joins a flight that is being stopped
+            self.task.cancel()  # nobody needs it any more: the engine stops
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+
+
+class Follower:
+    """A flight's chunks from the first, live. ``aclose()`` leaves it (a follower that never
+    read leaves too); a flight's error is raised as itself."""
+
+    def __init__(self, flight: Flight) -> None:
+        self.flight = flight
+        self.event = asyncio.Event()
+        self.sent = 0
+        self.closed = False
+        flight.followers.add(self.event)
+
+    def __aiter__(self) -> "Follower":
+        return self
+
+    async def __anext__(self) -> Item:
+        flight = self.flight
+        while self.sent >= len(flight.chunks) and not self.closed:
+            if flight.done:
+                await self.aclose()
+                if flight.error is not None:
+                    raise flight.error
+                break
+            self.event.clear()
+            await self.event.wait()
+        if self.closed:
+            raise StopAsyncIteration
+        self.sent += 1
+        return flight.chunks[self.sent - 1]
+
+    async def aclose(self) -> None:
+        if not self.closed:
+            self.closed = True
+            await self.flight.leave(self.event)
 
 
 class SynthesisHub:
