@@ -104,6 +104,13 @@ class Budget:
         self._changed.set()
         self._changed = asyncio.Event()
 
+    def contended(self) -> bool:
+        """Could anyone wait for the engine? Not while it has a slot for every member, every
+        running call and a newcomer (the fake engine, remote endpoints): then each reply's own
+        forecast is the whole story, and nothing here needs to look at the others (a capacity
+        run holds thousands of sessions)."""
+        return self.scheduler.slots <= len(self.members) + len(self.scheduler.running)
+
     def slots(self) -> int:
         """Slots that matter: an engine with more slots than calls and members (and a newcomer)
         never makes anyone wait."""
@@ -140,6 +147,8 @@ class Budget:
 
     def headroom(self, listener: object, rtf: float) -> bool:
         """Can the engine give ``listener`` ``rtf`` engine-seconds per second beside the others'?"""
+        if not self.contended():
+            return True
         streams, _ = self.streams(exclude=listener)
         if not streams or self.scheduler.slots > len(streams):
             return True
@@ -163,7 +172,7 @@ class Budget:
 
     def verdict(self, audio: Sequence[float], mode: str | None, exclude: object = None) -> Verdict:
         work, seg_audio = self.plan(audio, mode)
-        others, free = self.streams(exclude)
+        others, free = self.streams(exclude) if self.contended() else ([], [0.0])
         start, alone = forecast(others, work, seg_audio, free)
         limit = max(self.max_start_s, alone)
         return Verdict(start, alone, 0.0 if start <= limit + 1e-6 else start - limit)

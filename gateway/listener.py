@@ -189,7 +189,7 @@ class Listener:
     def _shared_pieces(self, texts: Sequence[str]) -> tuple[list[tuple[float, float, float]], float] | None:
         """(arrival, audio, position) of this reply's segments where the scheduler will serve
         them beside the others' work, forecast at the budget's stretch (returned with them)."""
-        if self.budget is None or not self.live:
+        if self.budget is None or not self.live or not self.budget.contended():
             return None
         others, free = self.budget.streams(exclude=self)
         if not others and not any(free):
