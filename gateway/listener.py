@@ -38,7 +38,8 @@ def preroll_ms(speed: LiveSpeed, settings: Settings, rate: float, texts: Sequenc
     come (each synthesized in its mode of ``modes``) and ``held_s`` of audio it has not heard,
     at the engine's live speed; ``rate`` is the speaking rate asked for."""
     segments = forecast(texts, modes, speed, rate)
-    return round(1000 * preroll_s(segments, held_s, speed.safety(settings.preroll_safety)))
+    bucket = (modes[0] if modes else None) or DEFAULT  # the margin learned for replies starting so
+    return round(1000 * preroll_s(segments, held_s, speed.safety(settings.preroll_safety, bucket)))
 
 
 class Listener:

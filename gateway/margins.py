@@ -25,10 +25,15 @@ MIN_REPLIES = 3  # replies seen before a bucket's learned margin replaces the fi
 def needed_stretch(preroll_at: Callable[[float], float], arrivals: Iterable[tuple[float, float]]) -> float:
     """The smallest stretch whose forecast preroll (``preroll_at(stretch)``, the forecast made
     when the reply started) is at least what the actual ``arrivals`` (time from that
-    forecast, audio) needed: the audio a player held at their oracle start."""
+    forecast, audio) needed: the hold that makes a player start at their oracle start."""
     got = list(arrivals)
     start = oracle_start(got)
-    need = sum(a for t, a in got if t <= start + 1e-9) if start > (got[0][0] if got else 0.0) + 1e-9 else 0.0
+    need = 0.0  # a player counting audio as it comes starts at the first arrival at or after `start`
+    if got and start > got[0][0] + 1e-9:
+        for t, audio in got:
+            need += audio
+            if t >= start - 1e-9:
+                break
     if preroll_at(LOW) >= need - 1e-3:
         return LOW
     lo, hi = LOW, HIGH * 1.5

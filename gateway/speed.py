@@ -103,11 +103,10 @@ class LiveSpeed:
         learned for ``mode`` (None: the largest learned); until then ``floor`` on a steady
         machine, more when calls have been running over their forecast (a player's buffer that
         follows the engine, as WebRTC's jitter buffer follows the network), at most 2."""
-        learned = self.margins.snapshot()
         if mode is not None:
-            factor = learned.get(mode)
+            factor = self.margins.factor(mode)
         else:
-            factor = max(learned.values(), default=None)
+            factor = max(self.margins.snapshot().values(), default=None)
         if factor is not None:
             return factor
         return min(2.0, max(floor, 1.0 + 2.0 * self.overrun()))

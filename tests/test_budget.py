@@ -238,3 +238,29 @@ async def test_a_listener_the_engine_cannot_fit_is_refused_with_retry_after_and_
     assert refused.error["code"] == "overloaded" and refused.error["retry_after"] >= 1
     assert refused.close_code == 1013 and not refused.payloads
     assert (await playing).done is not None
+
+
+def test_margins_learn_what_the_arrivals_needed() -> None:
+    from gateway.margins import Margins, needed_stretch
+    from gateway.schedule import Forecast
+    from gateway.schedule import preroll_s as preroll
+
+    # forecast: four whole segments of 2 s, 1 s of compute each: no preroll needed
+    segments = [Forecast(2.0, 1.0)] * 4
+    at = lambda s: preroll(segments, 0.0, s)  # noqa: E731
+    assert at(1.0) == 0.0
+    # the engine ran as forecast: the forecast itself was enough
+    assert needed_stretch(at, [(1.0, 2.0), (2.0, 2.0), (3.0, 2.0), (4.0, 2.0)]) == 1.0
+    # each call took 2.4 s: the arrivals needed a start at 3.6 s, a hold of two segments,
+    # which the forecast gives once stretched past 2
+    slow = [(2.4, 2.0), (4.8, 2.0), (7.2, 2.0), (9.6, 2.0)]
+    assert oracle_start(slow) == pytest.approx(3.6)
+    needed = needed_stretch(at, slow)
+    assert 2.0 < needed <= 2.02 and at(needed) >= 4.0 and at(2.0) == 0.0
+    speed = steady_speed(0.9)
+    assert speed.safety(1.15, "default") == 1.15  # nothing learned yet: the floor
+    for needed in (1.0, 1.05, 1.0):
+        speed.margins.observe("default", needed)
+    learned = speed.safety(1.15, "default")
+    assert 1.0 <= learned < 1.15 and learned == Margins.factor(speed.margins, "default")
+    assert speed.safety(1.15, "exact") == 1.15  # another mode learns on its own
