@@ -179,13 +179,13 @@ class Listener:
     def shared_preroll_s(self, texts: Sequence[str]) -> float | None:
         """The preroll with the other listeners' work on the engine (None: it has no others):
         this reply's segments finish where the scheduler will serve them, stretched by the
-        margin replies shared this way needed, once learned."""
+        margin replies shared this way needed where that is more than the budget's."""
         shared = self._shared_pieces(texts)
         if shared is None:
             return None
         pieces, k = shared
-        learned = self.speed.margins.factor(SHARED)
-        return preroll_from(scaled(pieces, learned / k) if learned else pieces, self.buffered_s())
+        learned = self.speed.margins.factor(SHARED)  # (never under the budget's own: its promises)
+        return preroll_from(scaled(pieces, learned / k) if learned and learned > k else pieces, self.buffered_s())
 
     def _shared_pieces(self, texts: Sequence[str]) -> tuple[list[tuple[float, float, float]], float] | None:
         """(arrival, audio, position) of this reply's segments where the scheduler will serve
