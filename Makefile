@@ -10,7 +10,7 @@ STAMP_RUN  := $(VENV)/.installed-run
 STAMP_TEST := $(VENV)/.installed-test
 PYTEST_ARGS ?=
 
-.PHONY: run test install install-test voices voices-required debian-deps clean test-sagemaker312
+.PHONY: run test install install-test voices voices-required debian-deps clean test-sagemaker312 test-clients
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,7 @@ run: voices
 test: install-test voices-required
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-sagemaker312
+	$(MAKE) --no-print-directory test-clients
 
 # The SageMaker bidirectional-stream SDK needs Python 3.12: its tests run in their own venv,
 # made from pyenv's 3.12 (installed on these machines), against a local HTTP/2 + TLS stand-in.
@@ -78,5 +79,21 @@ test-sagemaker312:
 	  $(PY312) -m pytest -q -p no:cacheprovider tests/sagemaker312 tests/test_sagemaker.py; \
 	else echo "SKIPPED tests/sagemaker312: no Python 3.12 found"; fi
 
+# Voice-agent frameworks' OpenAI TTS services, unchanged (LiveKit Agents, Pipecat), pinned in a
+# venv of their own so the gateway's dependencies stay lean; the gateway under test runs from
+# .venv in a subprocess, on the fake engine (tests/clients/conftest.py).
+VENV_CLIENTS  := .venv-clients
+PY_CLIENTS    := $(VENV_CLIENTS)/bin/python
+STAMP_CLIENTS := $(VENV_CLIENTS)/.installed-test
+
+$(STAMP_CLIENTS): tests/clients/requirements.txt
+	$(PYTHON) -m venv $(VENV_CLIENTS)
+	$(PY_CLIENTS) -m pip --disable-pip-version-check -q install -r tests/clients/requirements.txt
+	touch $@
+
+test-clients: $(STAMP_RUN) $(STAMP_CLIENTS)
+	GATEWAY_PYTHON=$(abspath $(PY)) $(PY_CLIENTS) -m pytest -q -p no:cacheprovider \
+	  --confcutdir=tests/clients tests/clients
+
 clean:
-	rm -rf $(VENV) $(VENV312) .pytest_cache .hypothesis artifacts
+	rm -rf $(VENV) $(VENV312) $(VENV_CLIENTS) .pytest_cache .hypothesis artifacts

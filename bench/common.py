@@ -92,9 +92,11 @@ class Batch:
 
 async def post_speech(http: aiohttp.ClientSession, url: str, text: str, t0: float | None = None,
                       **fields: Any) -> Batch:
-    """``POST /v1/audio/speech`` (the batch baseline), timed from ``t0`` (default: now)."""
+    """``POST /v1/audio/speech`` (the batch baseline: ``stream: false``, since the route
+    streams by default), timed from ``t0`` (default: now)."""
     t0 = time.perf_counter() if t0 is None else t0
-    body = {"model": "kokoro", "input": text, "cache": False, **fields}  # each run synthesizes afresh
+    # each run synthesizes afresh
+    body = {"model": "kokoro", "input": text, "cache": False, "stream": False, **fields}
     async with http.post(url, json=body) as resp:
         if resp.status != 200:
             raise RuntimeError(f"POST {url} -> {resp.status}: {await resp.text()}")

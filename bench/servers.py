@@ -29,8 +29,11 @@ def free_port() -> int:
 
 @contextlib.asynccontextmanager
 async def serve_app(app: web.Application, port: int | None = None) -> AsyncIterator[str]:
-    """Serve ``app`` on ``port`` (default: a free one) on loopback; yields its base URL."""
-    runner = web.AppRunner(app, handler_cancellation=True)
+    """Serve ``app`` on ``port`` (default: a free one) on loopback; yields its base URL. The
+    runner is the product's (JSON parser errors, the redacting access log with WebSocket lines)."""
+    from gateway.httperrors import GatewayRunner
+
+    runner = GatewayRunner(app, handler_cancellation=True)
     await runner.setup()
     try:
         port = port or free_port()

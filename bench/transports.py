@@ -46,7 +46,7 @@ async def launch_chromium(playwright: Any) -> Any:
     return await playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=list(CHROMIUM_ARGS))
 
 
-async def open_demo(browser: Any, url: str, *, init_script: str | None = None) -> Any:
+async def open_demo(browser: Any, url: str, *, init_script: str | None = None, path: str = "/") -> Any:
     """A new page on the demo, once its voices have loaded.
 
     Page errors and every URL the page requests are kept on the page (``page_errors``,
@@ -59,7 +59,7 @@ async def open_demo(browser: Any, url: str, *, init_script: str | None = None) -
     page.on("request", lambda req: page.requested.append(req.url))
     if init_script:
         await page.add_init_script(init_script)
-    await page.goto(url + "/")
+    await page.goto(url + path)  # path may hold a fragment: /#token=...
     await page.wait_for_function("() => window.demo && window.demo.ready")
     return page
 

@@ -17,10 +17,11 @@ from .engines.base import Engine
 from .errors import GatewayError, Overloaded
 from .httperrors import error_response, http_exception_response
 from .metrics import Metrics
-from .proxies import client_middleware, parse_trusted
+from .proxies import client_middleware, parse_header, parse_trusted
 from .security import check_auth
 from .state import GATEWAY, Gateway
 from .synthesis import SynthesisHub
+from .tokens import handle_mint
 from .transports.sse import handle_sse
 from .transports.ws import handle_ws
 
@@ -104,8 +105,9 @@ def build_gateway(settings: Settings, engine: Engine, *, admit: bool = True) -> 
 def make_app(settings: Settings, engine: Engine | None = None) -> web.Application:
     """Build the gateway. The engine loads in the background; ``/readyz`` says when it is done."""
     middlewares = [errors_middleware]
+    header = parse_header(settings.forwarded_header)
     if trusted := parse_trusted(settings.trusted_proxies):  # the client behind a proxy
-        middlewares.append(client_middleware(trusted))
+        middlewares.append(client_middleware(trusted, header))
     app = web.Application(middlewares=middlewares, client_max_size=1024 * 1024)
     app[GATEWAY] = build_gateway(settings, engine or create_engine(settings))
     app.cleanup_ctx.append(_engine_lifecycle)
@@ -114,6 +116,7 @@ def make_app(settings: Settings, engine: Engine | None = None) -> web.Applicatio
     app.router.add_get("/readyz", http.readyz)
     app.router.add_get("/metrics", http.metrics)
     app.router.add_get("/v1/voices", http.voices)
+    app.router.add_post("/v1/tokens", handle_mint)
     app.router.add_post("/v1/audio/speech", http.speech)
     app.router.add_route("GET", "/v1/stream/sse", handle_sse)
     app.router.add_route("POST", "/v1/stream/sse", handle_sse)

@@ -1,4 +1,4 @@
-"""Command line: ``serve`` (default), ``container``, ``synth``, ``bench``, ``loadtest``, ``deploy``."""
+"""Command line: ``serve`` (default), ``container``, ``synth``, ``bench``, ``wyoming``, ``loadtest``, ``deploy``."""
 from __future__ import annotations
 
 import argparse
@@ -10,14 +10,14 @@ from pathlib import Path
 
 from .config import Settings, load_settings
 from .proxies import parse_trusted
-from .server import run_loop, serve
+from .server import run_loop, serve, serve_wyoming
 from .workers import worker_count
 
 log = logging.getLogger("gateway")
 
-SUBCOMMANDS = ("serve", "container", "synth", "bench", "loadtest", "deploy")
+SUBCOMMANDS = ("serve", "container", "synth", "bench", "wyoming", "loadtest", "deploy")
 BENCHES = ("engine", "quality", "overhead", "transports", "ttfb", "agent", "soak", "playback", "timestamps",
-           "listeners")
+           "clients", "listeners")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -46,8 +46,14 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("text")
     synth.add_argument("-o", "--output", required=True)
     synth.add_argument("--voice", default="")
-    synth.add_argument("--format", default="", help="mp3, wav, pcm or opus (default: from the file name)")
+    synth.add_argument("--format", default="", help="mp3, wav, pcm, opus, ulaw or alaw (default: from the file name)")
+    synth.add_argument("--sample-rate", type=int, default=None, help="8000, 16000, 22050, 24000, 44100 or 48000")
     synth.add_argument("--speed", type=float, default=1.0)
+    wyoming = sub.add_parser("wyoming", help="serve the voices over Home Assistant's Wyoming protocol")
+    _common(wyoming)
+    wyoming.add_argument("--host", help="address to listen on (default: the host setting, 127.0.0.1; "
+                         "0.0.0.0 for Home Assistant on another machine)")
+    wyoming.add_argument("--port", type=int, default=10200)
     bench = sub.add_parser("bench", help="benchmarks: " + ", ".join(BENCHES))
     bench.add_argument("name", choices=BENCHES)
     bench.add_argument("args", nargs=argparse.REMAINDER, help="the benchmark's own options (--help)")
@@ -66,6 +72,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
             raise SystemExit(f"--set expects NAME=VALUE, got {item!r}")
         overrides[name.strip()] = value
     for name in ("engine", "host", "port", "workers"):
+        if name == "port" and args.command == "wyoming":
+            continue  # the Wyoming port is its own (--port), not the HTTP gateway's
         if getattr(args, name, None) is not None:
             overrides[name] = getattr(args, name)
     try:
@@ -90,7 +98,8 @@ async def synth(settings: Settings, args: argparse.Namespace) -> None:
     await engine.start()
     try:
         fmt = args.format or Path(args.output).suffix.lstrip(".") or "mp3"
-        options = parse_options({"text": args.text, "voice": args.voice, "format": fmt, "speed": args.speed}, settings, engine)
+        options = parse_options({"text": args.text, "voice": args.voice, "format": fmt, "speed": args.speed,
+                                 "sample_rate": args.sample_rate}, settings, engine)
         hub = SynthesisHub(engine, timeout_s=settings.synth_timeout_s)
         audio = await batch.synthesize(hub, options, settings)
     finally:
@@ -133,13 +142,21 @@ def main(argv: list[str] | None = None) -> int:
     settings = settings_from(args)
     logging.getLogger().setLevel(settings.log_level.upper())
     if args.command == "synth":
-        asyncio.run(synth(settings, args))
+        from .errors import GatewayError
+
+        try:
+            asyncio.run(synth(settings, args))
+        except GatewayError as exc:  # a bad voice, format or rate: say which, no traceback
+            raise SystemExit(f"synth: {exc.message}") from None
         return 0
     if args.command == "container":
         from .container import make_container_app
 
         settings = settings.replace(host=args.host, port=args.port)
         run_loop(serve(settings, make_container_app(settings), what="model container"))
+        return 0
+    if args.command == "wyoming":
+        run_loop(serve_wyoming(settings, args.port))
         return 0
     if (workers := worker_count(settings)) > 1:
         from .workers import supervise

@@ -35,7 +35,10 @@ class Settings:
     # processes serving the port (SO_REUSEPORT): "auto" = 1 for engines that run the model here,
     # one per core for those that proxy it (container, sagemaker); 0 = one per core
     workers: str = "auto"
-    trusted_proxies: str = ""  # addresses/CIDRs whose Forwarded / X-Forwarded-For name the client
+    trusted_proxies: str = ""  # addresses/CIDRs whose forwarded_header names the client
+    # the one header those proxies set: x-forwarded-for (with X-Forwarded-Proto) or forwarded
+    # (RFC 7239, for= and proto=); the other is ignored, as a client can send it through them
+    forwarded_header: str = "x-forwarded-for"
 
     # request limits and defaults
     max_text_chars: int = 5000
@@ -86,6 +89,10 @@ class Settings:
     fake_chunk_ms: int = 200
     fake_pause_ms: float = 0.0  # silence after the first word of each segment (shows in word times)
     fake_workers: int = 0  # calls computed at once, the rest wait (a shared engine); 0 = no limit
+    # a segment holding this word waits, before its audio, until the file fake_gate_path exists:
+    # lets a test see audio arrive while a later segment is still being synthesized
+    fake_gate_word: str = ""
+    fake_gate_path: str = ""
 
     # the agent behind `prompt` (gateway/agent): simulated (offline stand-in) | openai | bedrock
     agent_backend: str = "simulated"
@@ -111,13 +118,15 @@ class Settings:
     max_start_s: float = 3.0
 
     # reliability and security
-    auth_token: str = ""  # when set, every /v1 route needs `Authorization: Bearer <token>`
+    auth_token: str = ""  # when set, every /v1 route needs `Authorization: Bearer <token>` (or a browser token)
+    metrics_token: str = ""  # when set, /metrics needs `Authorization: Bearer <metrics_token>`
     allowed_origins: str = ""  # comma-separated; empty: same origin only (and non-browser clients)
     max_sessions_per_client: int = 0  # concurrent streaming sessions per client address (0 = off; behind a proxy all clients share one)
     ws_max_message_bytes: int = 65536
     ws_messages_per_s: float = 50.0  # per-session rate limit (token bucket)
     ws_burst: int = 200
-    send_queue_bytes: int = 1 << 20  # a client this far behind is slow: closed with 1008
+    ws_idle_timeout_s: float = 60.0  # no client message and no reply this long: `closing`, close 1000 (0 = never)
+    send_queue_bytes: int = 1 << 20  # a client this far behind is slow: WS closed with 1008, SSE / streamed speech cut off
     send_timeout_s: float = 10.0  # ... and so is one that takes longer to accept one message
     shutdown_grace_s: float = 10.0  # SIGTERM: sessions in flight may finish this long
 

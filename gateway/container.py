@@ -43,12 +43,14 @@ CHANNEL = "container"  # the metrics label of this app's streams
 
 class ContainerChannel(WsChannel):
     """The unified channel with the container's differences: binary control frames, no rate
-    limit (the sidecar or gateway in front of it is the client), and sockets that outlive a reply."""
+    limit (the sidecar or gateway in front of it is the client), and sockets that outlive a
+    reply, held idle as long as that client likes (its pool decides)."""
 
     name = CHANNEL
     binary_control = True
     rate_limited = False
     keeps_socket = True
+    idle_close = False
 
 
 async def ping(request: web.Request) -> web.Response:

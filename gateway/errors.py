@@ -76,6 +76,13 @@ class TooManySessions(GatewayError):
     status = 429
 
 
+class SlowClient(GatewayError):
+    """The client stopped reading (``send_timeout_s``, ``send_queue_bytes``): it is cut off."""
+
+    code = "slow_client"
+    status = 408
+
+
 class ShuttingDown(GatewayError):
     code = "shutting_down"
     status = 503

@@ -4,7 +4,12 @@ The pipeline records each segment's text, where its audio starts on the reply's 
 its words (``words`` events); the session records how far the audio it sent reaches. After
 ``cancel`` with ``played_ms`` (the client's playback position in the reply), ``heard`` gives the
 reply's text up to and including the last word that started before it (with the punctuation
-attached to that word); without ``played_ms``, what was sent. Where the engine gives no word times, whole segments that started in time.
+attached to that word); without ``played_ms``, what was sent. Where the engine gives no word
+times, whole segments that started in time.
+
+A segment's words may come in several pieces (one per model call): until its audio is complete,
+its text counts only up to its last heard word, never past the words known so far. A segment
+that made no audio (letters the voice cannot read) was never heard and is passed over.
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ class _Segment:
     start_ms: float | None = None  # its first sample on the reply's timeline, once encoded
     words: list[tuple[float, int]] = field(default_factory=list)  # (start_ms, end of the word in text)
     cursor: int = 0  # where the next word is looked for in ``text``
+    complete: bool = False  # all its audio (and so all its words) has been given to the encoder
 
 
 class Transcript:
@@ -45,6 +51,11 @@ class Transcript:
             seg.cursor = end
             seg.words.append((start, end))
 
+    def complete(self, index: int) -> None:
+        """The segment's audio is all encoded: every word it has was seen."""
+        if (seg := self.segments.get(index)) is not None:
+            seg.complete = True
+
     def sent(self, end_ms: float) -> None:
         self.sent_ms = max(self.sent_ms, end_ms)
 
@@ -53,7 +64,9 @@ class Transcript:
         out: list[str] = []
         for index in sorted(self.segments):
             seg = self.segments[index]
-            if seg.start_ms is None or seg.start_ms >= limit:
+            if seg.start_ms is None:  # no audio (yet, or ever): nothing of it was heard
+                continue
+            if seg.start_ms >= limit:
                 break
             if not seg.words:  # no word times: the segment counts whole once it started
                 out.append(seg.text)
@@ -61,7 +74,7 @@ class Transcript:
             ends = [end for start, end in seg.words if start < limit]
             if not ends:
                 break
-            if len(ends) == len(seg.words):
+            if len(ends) == len(seg.words) and seg.complete:
                 out.append(seg.text)
                 continue
             end = ends[-1]

@@ -17,11 +17,10 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage, HttpProcessingError, LineTooLong
-from aiohttp.web_log import AccessLogger
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
-from .proxies import CLIENT_VIEW
+from .accesslog import FORMAT, ClientAccessLogger, redact
 
 
 _CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "too_large",
@@ -66,7 +65,7 @@ def protocol_error(status: int, exc: BaseException | None) -> tuple[int, str, st
     if isinstance(exc, BadHttpMessage):
         if "too many headers" in exc.message.lower():
             return 431, _CODES[431], "too many request headers"
-        return 400, _CODES[400], f"malformed HTTP request: {exc.message}"
+        return 400, _CODES[400], f"malformed HTTP request: {redact(exc.message)}"
     if status == 504:
         return 504, _CODES[504], "the request took too long"
     if status >= 500:
@@ -80,7 +79,7 @@ class JsonErrorHandler(RequestHandler):
     def handle_error(self, request: BaseRequest, status: int = 500, exc: BaseException | None = None,
                      message: str | None = None) -> web.StreamResponse:
         if isinstance(exc, HttpProcessingError):  # the client's mistake: no traceback
-            self.logger.info("refused a malformed request from %s: %s", request.remote, exc.message)
+            self.logger.info("refused a malformed request from %s: %s", request.remote, redact(exc.message))
         else:  # logs the traceback; raises ConnectionError once response bytes went out
             super().handle_error(request, status, exc, message)
         status, code, text = protocol_error(status, exc)
@@ -94,19 +93,12 @@ class JsonErrorServer(web.Server):
         return JsonErrorHandler(self, loop=self._loop, **self._kwargs)
 
 
-class ClientAccessLogger(AccessLogger):
-    """The access log, with the client's address from a trusted proxy where there is one."""
-
-    def log(self, request: BaseRequest, response: web.StreamResponse, time: float) -> None:
-        view = request.get(CLIENT_VIEW) if request is not None else None
-        super().log(view or request, response, time)
-
-
 class GatewayRunner(web.AppRunner):
     """``web.AppRunner`` whose connections answer parser errors as JSON and log the client."""
 
     def __init__(self, app: web.Application, **kwargs: Any) -> None:
         kwargs.setdefault("access_log_class", ClientAccessLogger)
+        kwargs.setdefault("access_log_format", FORMAT)
         super().__init__(app, **kwargs)
 
     async def _make_server(self) -> web.Server:

@@ -3,7 +3,8 @@
 The same names come from a query string (GET), a JSON body (POST) or the WebSocket ``start``
 message. This is the one place they are validated, against what the engine declares it can do
 (``Engine.capabilities``), with one code per fault: ``unknown_voice``, ``invalid_speed``,
-``unknown_format``, ``too_large``, and ``invalid_option`` for the rest. ``BadRequest`` carries
+``unknown_format``, ``too_large``, and ``invalid_option`` for the rest (a ``sample_rate`` outside
+``SAMPLE_RATES``, or one the format cannot carry, included). ``BadRequest`` carries
 the code and a message naming the field and what is allowed, so every edge can turn it into
 its own error shape; engines take what passes as given.
 """
@@ -13,11 +14,16 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from . import voicecatalog
+from .audio.encoders import OPUS_SAMPLE_RATES
+from .audio.g711 import LAWS
+from .audio.mp3 import mp3_bitrates
+from .audio.resample import SAMPLE_RATES
 from .config import Settings
 from .engines.base import Capabilities, Engine
 from .errors import BadRequest, PayloadTooLarge
 
-FORMATS = ("mp3", "pcm", "wav", "opus")
+FORMATS = ("mp3", "pcm", "wav", "opus", "ulaw", "alaw")
+G711_RATE = 8000  # ulaw and alaw unless asked otherwise: the telephone's rate
 MP3_BITRATES = (8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160)  # MPEG-2 Layer III
 ENVELOPES = ("json", "msgpack")
 
@@ -38,6 +44,7 @@ class StreamOptions:
     # audio the listener already holds and has not heard (a gateway in front of a model
     # container sends it per segment): the schedule counts it as played ahead
     buffered_s: float = 0.0
+    sample_rate: int = 0  # the rate sent (resampled from the engine's); 0: the engine's own
 
     @property
     def chunking(self) -> str:
@@ -131,12 +138,8 @@ def parse_options(raw: Mapping[str, Any], settings: Settings, engine: Engine) ->
     fmt = str(raw.get("format") or raw.get("response_format") or settings.default_format).lower()
     if fmt not in FORMATS:
         raise BadRequest(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}", code="unknown_format")
-    bitrate = int(_number(raw, "bitrate", settings.default_bitrate))
-    if bitrate not in MP3_BITRATES:
-        raise BadRequest(
-            f"bitrate must be one of {', '.join(map(str, MP3_BITRATES))} kbps, got {bitrate}",
-            code="invalid_option",
-        )
+    sample_rate = check_sample_rate(raw, fmt, engine.sample_rate)
+    bitrate = check_bitrate(raw, fmt, sample_rate, settings.default_bitrate)
     envelope = str(raw.get("envelope") or "json").lower()
     if envelope not in ENVELOPES:
         raise BadRequest(f"envelope must be one of {', '.join(ENVELOPES)}, got {envelope!r}", code="invalid_option")
@@ -153,7 +156,38 @@ def parse_options(raw: Mapping[str, Any], settings: Settings, engine: Engine) ->
         first_clause=parse_bool(raw.get("first_clause", True), "first_clause"),
         cache=parse_bool(raw.get("cache", True), "cache"),
         buffered_s=_buffered(raw),
+        sample_rate=sample_rate,
     )
+
+
+def check_sample_rate(raw: Mapping[str, Any], fmt: str, engine_rate: int) -> int:
+    """The ``sample_rate`` asked for (default: 8000 for G.711, else the engine's), if it is one
+    of ``SAMPLE_RATES`` and ``fmt`` can carry it (Opus: 8, 16, 24 or 48 kHz)."""
+    default = G711_RATE if fmt in LAWS else engine_rate
+    value = raw.get("sample_rate")
+    if value is None or value == "":
+        return default
+    number = _number(raw, "sample_rate", default)
+    if isinstance(value, bool) or number not in SAMPLE_RATES:
+        raise BadRequest(f"sample_rate must be one of {', '.join(map(str, SAMPLE_RATES))} Hz, got {value!r}",
+                         code="invalid_option")
+    if fmt == "opus" and number not in OPUS_SAMPLE_RATES:
+        raise BadRequest(f"Opus cannot carry {int(number)} Hz; ask for one of "
+                         f"{', '.join(str(r) for r in OPUS_SAMPLE_RATES if r in SAMPLE_RATES)}",
+                         code="invalid_option")
+    return int(number)
+
+
+def check_bitrate(raw: Mapping[str, Any], fmt: str, sample_rate: int, default: int) -> int:
+    """``bitrate`` (kbps). MP3's depend on the rate (MPEG-1 above 24 kHz, MPEG-2.5 at 8 kHz);
+    the other formats take MPEG-2's list, as they always have."""
+    bitrate = int(_number(raw, "bitrate", default))
+    allowed = mp3_bitrates(sample_rate) if fmt == "mp3" else MP3_BITRATES
+    if bitrate not in allowed:
+        at = f" at {sample_rate} Hz" if fmt == "mp3" else ""
+        raise BadRequest(f"bitrate{at} must be one of {', '.join(map(str, allowed))} kbps, got {bitrate}",
+                         code="invalid_option")
+    return bitrate
 
 
 def _buffered(raw: Mapping[str, Any]) -> float:

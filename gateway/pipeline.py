@@ -16,8 +16,10 @@ Each stage is one task; each link is a queue, and the backpressure is the queues
   more, and one after another. An entry is the segment's own queue: its ``sentence`` event,
   then its PCM chunks as the hub yields them (bounded by the segment's length), then ``None``
   (or the exception that ended it). A segment's ``WordTimes`` (engines that give them) come
-  before the PCM they describe; the encoder stage puts them on the reply's timeline (the audio
-  encoded before the segment, plus the encoder's lead-in a player hears) as a ``words`` event.
+  before the PCM they describe, each on the segment's own timeline however many there are
+  (one per model call, or per clause from a model container); the encoder stage puts them on
+  the reply's timeline (the audio encoded before the segment, plus the encoder's lead-in a
+  player hears) as a ``words`` event.
 * ``out``: events for the channel (``OUT_EVENTS`` at most), which marks each one done once it
   has sent it. A reply's first 100 ms are encoded alone and sent (``out.join()``) before the
   rest of its first chunk is encoded; after that the bound is the backpressure: a client that
@@ -36,12 +38,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .audio.encoders import Encoder, make_encoder
-from .budget import ADMIT, Stream, Verdict
+from .audio.encoders import Encoder
+from .audio.resample import reply_encoder
+from .budget import Verdict
 from .config import Settings
 from .errors import GatewayError, NothingToSpeak
 from .heard import Transcript
 from .listener import Listener
+from .membership import BudgetMember
 from .options import StreamOptions
 from .payloads import Packetizer
 from .segmenter import Segmenter
@@ -74,7 +78,7 @@ def error_event(exc: BaseException) -> Event:
     return Event("error", {"code": "internal_error", "message": "synthesis failed"}, cause=exc)
 
 
-class Pipeline:
+class Pipeline(BudgetMember):
     """One reply. ``feed``/``flush``/``end`` put text in; its events come out of ``out``."""
 
     def __init__(self, hub: SynthesisHub, settings: Settings, options: StreamOptions,
@@ -93,13 +97,16 @@ class Pipeline:
         self.texts: asyncio.Queue[str | None] = asyncio.Queue()
         self.pending: collections.deque[str] = collections.deque()  # in `texts`, for the forecast
         self.ready: asyncio.Queue[SegmentQueue | None] = asyncio.Queue(maxsize=max(1, s.lookahead))
-        self.encoder = encoder() if encoder else make_encoder(o.format, sample_rate=self.sample_rate,
-                                                              bitrate=o.bitrate)
-        self.packer = Packetizer(o.format, chunk_bytes=o.chunk_bytes, frames_per_payload=s.frames_per_payload)
+        # the engine's rate in, the client's out (resampled); the timeline stays at the engine's
+        self.encoder = encoder() if encoder else reply_encoder(
+            o.format, in_rate=self.sample_rate, out_rate=o.sample_rate or self.sample_rate, bitrate=o.bitrate)
+        self.packer = Packetizer(o.format, chunk_bytes=o.chunk_bytes, frames_per_payload=s.frames_per_payload,
+                                 sample_rate=self.encoder.sample_rate)
         self.lead_in = getattr(self.encoder, "delay_samples", 0)  # heard before the first sample
         self.transcript = Transcript()  # what the reply said, when; what the listener heard
         self.encoded = 0  # samples given to the encoder so far: the reply's timeline
         self.ended = False
+        self.cut = self.segments_done = 0  # segments made by the segmenter / all encoded
         self.t_input: float | None = None  # first input of this reply
         self.stats = {"sentences": 0, "audio_bytes": 0, "payloads": 0}
         self.ttfb_ms: float | None = None
@@ -131,45 +138,24 @@ class Pipeline:
                 self.first_segment_ms = self.elapsed_ms()
             self.pending.append(piece)
             self.texts.put_nowait(piece)
+            self.cut += 1
+
+    @property
+    def busy(self) -> bool:
+        """Segments are cut and not all encoded yet: the reply is at work."""
+        return self.cut > self.segments_done
 
     def elapsed_ms(self) -> float:
         return round((time.perf_counter() - (self.t_input or time.perf_counter())) * 1000, 1)
 
     # -- synthesis ------------------------------------------------------------------------
-    def stream(self, now: float, running: float | None) -> Stream:
-        """The engine work this reply still needs (a member of the hub's budget); before any
-        input, the reply it was admitted for."""
-        if self.t_input is None and self.planned:
-            return self.listener.stream(self.planned, now, None, current=False)
-        audio = self.listener.audio_of(self._forecast_texts(self.current))
-        return self.listener.stream(audio, now, running, current=self.current is not None)
-
-    def admitted(self, verdict: Verdict, planned: list[float]) -> None:
-        """The budget's verdict on the session this reply opens: admitted now (a member from
-        here on, its ``planned`` segments counted until its text comes) or queued."""
-        self.verdict, self.planned = verdict, planned
-        if verdict.wait_s == 0.0 and self.listener.live:
-            self.listener.promised_start = self.listener.clock() + min(verdict.start_s, self.settings.lookahead_s)
-            self.hub.budget.add(self)
-
-    async def _enter(self) -> None:
-        """Join the engine's admitted listeners: at once, or after the queue (``ready.queued_ms``)."""
-        budget, listener = self.hub.budget, self.listener
-        if not listener.live or self in budget.members:
-            return
-        audio = lambda: listener.audio_of(self._forecast_texts(None))  # noqa: E731
-        await budget.enter(self, audio, listener.requested, self.verdict or ADMIT)
-        if self.verdict is not None:  # it waited: the start forecast now
-            start = budget.verdict(audio(), listener.requested, self).start_s
-            listener.promised_start = listener.clock() + min(start, self.settings.lookahead_s)
-
     async def _synthesis_stage(self) -> None:
         segment: SegmentQueue | None = None
         try:
             index = 0
             while (text := await self.texts.get()) is not None:
                 if index == 0:
-                    await self._enter()
+                    await self.enter_budget()
                 segment = SegmentQueue()
                 await self.ready.put(segment)  # waits while `lookahead` segments are queued
                 await self.listener.wait(self.pending)
@@ -227,6 +213,7 @@ class Pipeline:
     async def _encode_segments(self) -> None:
         index, started = 0, -1
         while (segment := await self.ready.get()) is not None:
+            base = self.encoded  # the segment's first sample on the reply's timeline
             while (item := await segment.get()) is not None:
                 if isinstance(item, BaseException):
                     await self.out.put(error_event(item))
@@ -235,14 +222,16 @@ class Pipeline:
                     self.transcript.segment(index, item.fields["text"])
                     await self.out.put(item)
                     continue
-                if isinstance(item, WordTimes):
-                    await self.out.put(self._words(item, index))
+                if isinstance(item, WordTimes):  # on the segment's timeline, however many come
+                    await self.out.put(self._words(item, index, base))
                     continue
                 if started < index:  # the segment's first audio: where it starts on the timeline
                     started = index
                     self.transcript.started(index, self._ms(self.encoded))
                 await self._encode(item, index)
+            self.transcript.complete(index)
             index += 1
+            self.segments_done = index
         if not self.listener.samples:  # never a reply that ends without a sound
             await self.out.put(error_event(NothingToSpeak(
                 "nothing to speak: the text has no letter or digit the voice can read")))
@@ -255,9 +244,8 @@ class Pipeline:
         """A point of the reply's audio as a player plays it, in ms (the encoder's lead-in first)."""
         return round(1000 * (samples + self.lead_in) / self.sample_rate, 1)
 
-    def _words(self, times: WordTimes, index: int) -> Event:
-        offset = self.encoded + self.lead_in
-        words = times.to_ms(offset, self.sample_rate)
+    def _words(self, times: WordTimes, index: int, base: int) -> Event:
+        words = times.to_ms(base + self.lead_in, self.sample_rate)
         self.transcript.words(index, words)
         return Event("words", {"sentence": index, "words": words})
 
@@ -290,11 +278,18 @@ class Pipeline:
                 "audio_bytes": st["audio_bytes"], "payloads": st["payloads"], "ttfb_ms": self.ttfb_ms,
                 "first_segment_ms": self.first_segment_ms, "total_ms": self.elapsed_ms()}
 
-    async def stop(self) -> None:
-        """Stop every stage (the hub stops an engine call nobody else follows)."""
+    async def stop(self, *, but: asyncio.Task[Any] | None = None) -> None:
+        """Stop every stage (the hub stops an engine call nobody else follows); ``but``: a
+        task of the pipeline's that stops the others and goes on (an agent turn that failed)."""
         self.hub.budget.remove(self)
-        for task in self.tasks:
+        tasks = [task for task in self.tasks if task is not but]
+        for task in tasks:
             task.cancel()
-        for task in self.tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if not tasks:
+            return
+        # not `await task` under suppress(CancelledError): that would swallow a cancel of the
+        # task calling stop() too (a cancel of the failed agent turn that is stopping the rest)
+        await asyncio.wait(tasks)
+        for task in tasks:
+            if not task.cancelled() and (exc := task.exception()) is not None:
+                raise exc

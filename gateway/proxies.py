@@ -1,15 +1,22 @@
-"""The client's address behind reverse proxies (``trusted_proxies``).
+"""The client's address and scheme behind reverse proxies (``trusted_proxies``).
 
-Only when the connection comes from a trusted proxy does the client address come from the
-``Forwarded`` header (RFC 7239; ``X-Forwarded-For`` when there is none): its hops are read from
-the right, skipping trusted proxies, and the first other one is the client. A hop that is not
-an address (``unknown``, an obfuscated name) ends the walk at the proxy that added it. Anyone
-else's forwarded headers are ignored, so spoofing them gains nothing. Per-client limits, the
-access log and the handlers all see the result as ``request.remote``.
+Only when the connection comes from a trusted proxy is anything forwarded believed, and then
+only the one header the proxies in front are known to set (``forwarded_header``):
+``X-Forwarded-For`` (the default: ALB, nginx, HAProxy append to it) or RFC 7239 ``Forwarded``.
+The other header is ignored, because a proxy that appends to one passes the client's own copy of
+the other through untouched: reading both let a client pick its own address. The hops are read
+from the right, skipping trusted proxies, and the first other one is the client. A hop that is
+not an address (``unknown``, an obfuscated name) ends the walk at the proxy that added it.
+Per-client limits, the access log and the handlers all see the result as ``request.remote``.
+
+The scheme the client used (``X-Forwarded-Proto``, or ``proto=`` of the client's ``Forwarded``
+element) becomes ``request.scheme``, so the Origin check knows that a page was served over
+https by a TLS-terminating proxy.
 """
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import dataclass
 from typing import Awaitable, Callable, Sequence
 
 from aiohttp import web
@@ -18,8 +25,21 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
+XFF, FORWARDED = "x-forwarded-for", "forwarded"
+SCHEMES = frozenset({"http", "https", "ws", "wss"})
+
 # the request as the handlers saw it (client address and all), for the access log
 CLIENT_VIEW = web.RequestKey("client_view", web.BaseRequest)
+
+
+@dataclass(frozen=True, slots=True)
+class Forwarding:
+    """What the proxies in front said about the request: the hops (client first) and, for
+    each, the scheme it used where known (``protos`` aligned with ``hops``, or one value for
+    all of them)."""
+
+    hops: tuple[str | None, ...]
+    protos: tuple[str | None, ...]
 
 
 def parse_trusted(spec: str) -> tuple[Network, ...]:
@@ -32,6 +52,14 @@ def parse_trusted(spec: str) -> tuple[Network, ...]:
             except ValueError:
                 raise ValueError(f"trusted_proxies: {item!r} is not an address or a CIDR") from None
     return tuple(nets)
+
+
+def parse_header(name: str) -> str:
+    """``forwarded_header``: ``x-forwarded-for`` or ``forwarded`` (any case); ``ValueError`` else."""
+    header = name.strip().lower()
+    if header not in (XFF, FORWARDED):
+        raise ValueError(f"forwarded_header must be {XFF} or {FORWARDED}, got {name!r}")
+    return header
 
 
 def _address(text: str | None) -> Address | None:
@@ -52,35 +80,56 @@ def _trusted(ip: Address | None, trusted: Sequence[Network]) -> bool:
     return ip is not None and any(ip in net for net in trusted)
 
 
-def _hops(request: web.BaseRequest) -> list[str | None]:
-    """The forwarded chain, client first: ``Forwarded``'s ``for=``, else ``X-Forwarded-For``."""
-    if "Forwarded" in request.headers:
-        return [element.get("for") for element in request.forwarded]
-    return [hop for value in request.headers.getall("X-Forwarded-For", ()) for hop in value.split(",")]
+def forwarding(request: web.BaseRequest, header: str) -> Forwarding:
+    """The hops and schemes of ``header`` alone (``forwarded_header``); the other is ignored."""
+    if header == FORWARDED:
+        elements = request.forwarded
+        return Forwarding(tuple(e.get("for") for e in elements), tuple(e.get("proto") for e in elements))
+    hops = tuple(hop for value in request.headers.getall("X-Forwarded-For", ()) for hop in value.split(","))
+    protos = [p.strip() for value in request.headers.getall("X-Forwarded-Proto", ()) for p in value.split(",")]
+    # one value (ALB, nginx's $scheme) is what the client used; a list is read like the hops
+    return Forwarding(hops, tuple(protos) if len(protos) == len(hops) or not protos else (protos[-1],))
 
 
 def resolve_client(peer: str | None, hops: Sequence[str | None], trusted: Sequence[Network]) -> str | None:
     """The client's address: ``peer``'s own, or, when ``peer`` is trusted, the right-most hop
     of ``hops`` (the forwarded chain, client first) that is not a trusted proxy."""
+    return resolve(peer, Forwarding(tuple(hops), ()), trusted)[0]
+
+
+def resolve(peer: str | None, fwd: Forwarding, trusted: Sequence[Network]) -> tuple[str | None, str | None]:
+    """(client address, the scheme it used or None when unknown) as ``resolve_client`` says."""
     client = _address(peer)
     if not _trusted(client, trusted):
-        return peer
-    for hop in reversed(hops):
-        ip = _address(hop)
+        return peer, None
+    proto, index = None, len(fwd.hops)
+    for index in range(len(fwd.hops) - 1, -1, -1):
+        ip = _address(fwd.hops[index])
         if ip is None:
-            break  # what is left of it cannot be read: the proxy that added it is the client
+            index += 1  # what is left of it cannot be read: the proxy that added it is the client
+            break
         client = ip
         if not _trusted(ip, trusted):
             break
-    return str(client)
+    if len(fwd.protos) == 1:
+        proto = fwd.protos[0]
+    elif fwd.protos and index < len(fwd.protos):
+        proto = fwd.protos[index]
+    proto = (proto or "").strip().strip('"').lower()
+    return str(client), proto if proto in SCHEMES else None
 
 
-def client_middleware(trusted: Sequence[Network]) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
+def client_middleware(trusted: Sequence[Network], header: str = XFF) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
     @web.middleware
     async def forwarded_client(request: web.Request, handler: Handler) -> web.StreamResponse:
-        client = resolve_client(request.remote, _hops(request), trusted)
-        if client != request.remote:
-            view = request.clone(remote=client)
+        client, scheme = resolve(request.remote, forwarding(request, header), trusted)
+        changes: dict[str, str] = {}
+        if client != request.remote and client is not None:
+            changes["remote"] = client
+        if scheme is not None and scheme != request.scheme:
+            changes["scheme"] = {"ws": "http", "wss": "https"}.get(scheme, scheme)
+        if changes:
+            view = request.clone(**changes)
             request[CLIENT_VIEW] = view
             return await handler(view)
         return await handler(request)

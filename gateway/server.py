@@ -1,5 +1,6 @@
 """Serve one application on its port until SIGTERM (or SIGINT), then drain: one process, or
-one worker of several (``workers.py``), which shares the port and reports to its supervisor."""
+one worker of several (``workers.py``), which shares the port and reports to its supervisor;
+or the Wyoming protocol server (``serve_wyoming``)."""
 from __future__ import annotations
 
 import asyncio
@@ -49,6 +50,42 @@ async def serve(settings: Settings, app: web.Application, *, what: str = "gatewa
     finally:
         await runner.cleanup()
         log.info("stopped")
+
+
+async def serve_wyoming(settings: Settings, port: int) -> None:
+    """Home Assistant's Wyoming protocol (``transports/wyoming.py``) on ``settings.host``:``port``
+    once the engine has loaded, until SIGINT/SIGTERM; one line says where it listens."""
+    import functools
+
+    from wyoming.server import AsyncTcpServer
+
+    from .app import build_gateway
+    from .engines import create_engine
+    from .transports.wyoming import WyomingHandler, describe
+
+    engine = create_engine(settings)
+    gw = build_gateway(settings, engine)
+    try:
+        await engine.start()
+    except Exception as exc:
+        log.exception("engine %s failed to load", engine.name)
+        raise SystemExit(f"engine {engine.name} failed to load: {exc}") from None
+    gw.ready.set()
+    server = AsyncTcpServer(settings.host, port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await server.start(functools.partial(WyomingHandler, gw, describe(gw)))
+        log.info("Wyoming TTS listening on tcp://%s:%d (engine %s ready, %d voices)",
+                 settings.host, port, engine.name, len(engine.voices))
+        await stop.wait()
+        log.info("stopping")
+    finally:
+        await server.stop()
+        await engine.aclose()
+        await gw.agent.aclose()
 
 
 def run_loop(main: object) -> None:

@@ -92,7 +92,7 @@ class StreamSession:
         return {
             "session": self.id,
             "format": o.format,
-            "sample_rate": self.engine.sample_rate,
+            "sample_rate": o.sample_rate or self.engine.sample_rate,  # what is sent (resampled)
             "bitrate": o.bitrate if o.format == "mp3" else None,
             "voice": o.voice,
             "speed": o.speed,
@@ -104,6 +104,11 @@ class StreamSession:
             "cache": o.cache,
             "agent": self.agent.label if self.agent is not None else None,
         }
+
+    @property
+    def busy(self) -> bool:
+        """A reply is in progress: segments at work, an agent turn streaming, events unsent."""
+        return self.pipeline.busy or self.turn is not None or not self.out.empty()
 
     def requested_vocoder(self) -> str | None:
         return self.options.vocoder or self.default_vocoder()
@@ -144,14 +149,28 @@ class StreamSession:
         self.turn = turn = self.conversation.start(prompt, p.transcript)
         p.tasks.append(asyncio.create_task(self._run_agent(p, turn)))
 
+    def speak_options(self, *, whole: bool) -> None:
+        """The options' own input: their ``prompt`` as the first turn (it wins over ``text``, as
+        on SSE), else their ``text``, flushed (``whole``: as the whole reply, ended)."""
+        o = self.options
+        if o.prompt.strip():
+            self.push_prompt(o.prompt)
+        elif o.text.strip():
+            self.push_text(o.text)
+            if whole:
+                self.end()
+            else:
+                self.flush()
+
     async def _run_agent(self, p: Pipeline, turn: Turn) -> None:
         try:
             async for token in turn.deltas():
                 await self.out.put(Event("text", {"delta": token, "t_ms": p.elapsed_ms()}))
                 p.feed(token)
         except AgentError as exc:  # the turn ends here with `error`; a conversation goes on
-            p.tasks.remove(asyncio.current_task())  # type: ignore[arg-type]
-            await p.stop()
+            # this task stays among the pipeline's: a cancel meanwhile stops it, error and all
+            # (nothing of a cancelled turn may follow its `cancelled`)
+            await p.stop(but=asyncio.current_task())
             await self.out.put(Event("error", exc.to_dict()))
             return
         if not p.ended:

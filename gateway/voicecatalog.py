@@ -98,7 +98,8 @@ OPENAI_VOICES = {
 }
 
 MAX_BLEND_PARTS = 8
-_PART = re.compile(r"^\s*([^()\s]+)\s*(?:\(\s*([0-9]*\.?[0-9]+)\s*\))?\s*$")
+# a weight as ``Blend.id`` writes it (``:g``: 5e-05 for tiny ones) or a person does (0.5, .5, 2)
+_PART = re.compile(r"^\s*([^()\s]+)\s*(?:\(\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*\))?\s*$")
 
 
 def language_of(voice_id: str) -> str:
@@ -128,10 +129,12 @@ class Blend:
 
     @property
     def id(self) -> str:
-        """The canonical spelling: equal weights as ``a+b``, else ``a(2)+b(1)``."""
-        if len({w for _, w in self.parts}) == 1:
+        """The canonical spelling: equal weights as ``a+b``, else ``a(2)+b(1)``. Weights are
+        written to 6 significant digits, so the spelling read back gives the same spelling."""
+        written = [f"{w:g}" for _, w in self.parts]
+        if len(set(written)) == 1:
             return "+".join(v for v, _ in self.parts)
-        return "+".join(f"{v}({w:g})" for v, w in self.parts)
+        return "+".join(f"{v}({w})" for (v, _), w in zip(self.parts, written))
 
     @property
     def weights(self) -> tuple[tuple[str, float], ...]:
@@ -162,10 +165,10 @@ def parse_blend(spec: str, known: frozenset[str] | set[str]) -> Blend | None:
         if voice not in known:
             raise BadRequest(f"unknown voice {voice!r} in blend {spec!r}; choose from "
                              f"{', '.join(sorted(known))}", code="unknown_voice")
-        if not 0 < weight <= 1000:
-            raise BadRequest(f"blend weight of {voice} must be above 0 and at most 1000",
-                             code="invalid_option")
         weights[voice] = weights.get(voice, 0.0) + weight
+        if not 0 < weight <= weights[voice] <= 1000:  # the sum is what the id holds
+            raise BadRequest(f"blend weight of {voice} must be above 0 and at most 1000 (parts of "
+                             "one voice add up)", code="invalid_option")
     return Blend(tuple(weights.items()))
 
 

@@ -2,6 +2,7 @@
 // side or one at a time, with live per-channel figures, captions and a timeline.
 // Everything the page measures is on `window.demo` (plain objects) for tests to read.
 
+import { authHeaders, loadToken, setToken } from './auth.js';
 import { SseChannel, WsChannel } from './channels.js';
 import { Graph } from './players.js';
 import { Run } from './run.js';
@@ -263,8 +264,13 @@ function schedule() {
 async function loadVoices() {
   const sel = $('#voice');
   try {
-    const resp = await fetch('/v1/voices');
+    const resp = await fetch('/v1/voices', { headers: authHeaders() });
     const body = await resp.json();
+    if (resp.status === 401 || resp.status === 403) { // a protected gateway: ask for a browser token
+      $('#token-label').hidden = false;
+      $('#notice').textContent = `This gateway needs a token (${body.error ? body.error.code : resp.status}): paste one, or open the page as /#token=...`;
+      return;
+    }
     // one group per language, in the order the server lists them
     const names = new Intl.DisplayNames(['en'], { type: 'language' });
     const groups = new Map();
@@ -286,7 +292,7 @@ async function loadVoices() {
     $('#notice').textContent = `Could not load voices: ${err}`;
   }
   try { // the vocoder choice only where the engine streams inside a sentence
-    const ready = await (await fetch('/readyz')).json();
+    const ready = await (await fetch('/readyz', { headers: authHeaders() })).json();
     const vocoder = ready.vocoder;
     if (ready.agent) { // who answers `prompt`: the simulated stand-in, or the model's name
       demo.agent = ready.agent;
@@ -314,7 +320,10 @@ function wire() {
   }
   if (!MSE_MP3) $('#notice').textContent = 'No MediaSource audio/mpeg here: MP3 requests play as PCM over WebAudio.';
   window.addEventListener('resize', schedule);
+  $('#token').addEventListener('change', (e) => { setToken(e.target.value); $('#notice').textContent = ''; loadVoices(); });
 }
 
+const initialToken = loadToken();
+if (initialToken) { $('#token-label').hidden = false; $('#token').value = initialToken; }
 wire();
 loadVoices().then(() => { demo.ready = true; schedule(); });

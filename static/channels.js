@@ -4,6 +4,8 @@
 //  - SSE: each event's bytes as received, plus the HTTP/1.1 chunk framing of its one write;
 //  - WebSocket: each message's bytes plus its frame header (2, 4 or 10 bytes server to client).
 
+import { authHeaders, wsProtocols } from './auth.js';
+
 const utf8 = new TextEncoder();
 
 function b64bytes(s) {
@@ -26,7 +28,7 @@ export class SseChannel {
     q.set(opts.prompt ? 'prompt' : 'text', opts.prompt || opts.text);
     let resp;
     try {
-      resp = await fetch(`/v1/stream/sse?${q}`, { signal: this.abort.signal, cache: 'no-store' });
+      resp = await fetch(`/v1/stream/sse?${q}`, { signal: this.abort.signal, cache: 'no-store', headers: authHeaders() });
     } catch (err) {
       if (err.name !== 'AbortError') this.run.error({ code: 'network', message: String(err) });
       return;
@@ -102,7 +104,7 @@ export class WsChannel {
   async start(opts) {
     if (!this.ws || this.ws.readyState !== WebSocket.OPEN) {
       const url = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/v1/stream/ws`;
-      this.ws = new WebSocket(url);
+      this.ws = new WebSocket(url, wsProtocols());
       this.ws.binaryType = 'arraybuffer';
       this.ws.optsKey = this.key(opts);
       await new Promise((resolve, reject) => {

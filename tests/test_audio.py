@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from gateway.audio import (CONTENT_TYPES, FORMATS, FrameAligner, Mp3FormatError, count_frames,
                            encode_all, is_whole_frames, iter_frames, make_encoder, parse_header,
                            split_frames)
+from gateway.audio import g711
 from gateway.audio.decode import decode_audio, decode_mp3
 from gateway.audio.mp3 import id3v2_size, info_tag, mp3_bitrates
 
@@ -207,7 +208,8 @@ def test_aligner_refuses_junk_and_reports_a_partial_tail() -> None:
 # --- the encoders ------------------------------------------------------------------------
 
 # the demuxer each content type names (PCM: raw s16le, nothing to demux)
-DEMUXER_OF = {"audio/mpeg": "mp3", "audio/wav": "wav", "audio/webm;codecs=opus": "webm", "audio/pcm": None}
+DEMUXER_OF = {"audio/mpeg": "mp3", "audio/wav": "wav", "audio/webm;codecs=opus": "webm", "audio/pcm": None,
+              "audio/PCMU": "ulaw", "audio/PCMA": "alaw"}
 
 
 def test_formats_and_content_types() -> None:
@@ -222,11 +224,15 @@ def test_formats_and_content_types() -> None:
         if demuxer is None:
             assert data == pcm
             continue
+        if demuxer in g711.LAWS:  # raw G.711: a byte a sample, within the law's step of the input
+            back = np.frombuffer(g711.decode(demuxer, data), "<i2").astype(float)
+            assert len(data) == len(pcm) // 2 and np.abs(back - tone(SR // 5)).max() < 1100
+            continue
         with av.open(io.BytesIO(data), format=demuxer) as box:
             frames = list(box.decode(audio=0))
         seconds = sum(f.samples for f in frames) / frames[0].sample_rate
         assert 0.2 <= seconds < 0.2 + 0.1, (fmt, seconds)  # the tone, plus the codec's padding
-    with pytest.raises(ValueError, match="mp3, pcm, wav, opus"):
+    with pytest.raises(ValueError, match="mp3, pcm, wav, opus, ulaw, alaw"):
         make_encoder("flac")
 
 

@@ -33,6 +33,8 @@ FAULTS = [
     ({"format": "webm"}, "unknown_format"),
     ({"bitrate": 65}, "invalid_option"),
     ({"vocoder": "frozen"}, "invalid_option"),  # the fake engine declares no vocoder modes
+    ({"sample_rate": 11025}, "invalid_option"),  # not one of the rates offered
+    ({"format": "opus", "sample_rate": 44100}, "invalid_option"),  # Opus cannot carry it
 ]
 ENGINE_KEYS = ("embedded_", "kokoro_", "container_", "sagemaker_", "fake_")
 

@@ -43,7 +43,7 @@ def assert_speech(samples: np.ndarray, words: int) -> None:
 async def test_batch_speech_is_real_speech_in_whole_frames(url: str) -> None:
     text = "Hello there. The weather will be sunny in the morning, with light rain after lunch."
     async with aiohttp.ClientSession() as http:
-        async with http.post(url + "/v1/audio/speech", json={"model": "kokoro", "input": text}) as r:
+        async with http.post(url + "/v1/audio/speech", json={"model": "kokoro", "input": text, "stream": False}) as r:
             assert r.status == 200, await r.text()
             audio = await r.read()
     assert is_whole_frames(audio)

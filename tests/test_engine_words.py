@@ -168,6 +168,7 @@ async def test_container_words_events_become_word_times_before_their_audio() -> 
             times, pcm, order = await collect(engine, text, voice="tone_a", speed=1.0, timestamps=True)
             assert order == ["words", "audio", "words", "audio"]
             assert "timestamps" not in it.starts[0]  # no protocol flag: the container always sends them
+            assert it.starts[0]["first_clause"] is False  # one segment: not to be cut again (issue 22, finding 4)
             first = it.fake.render_timed("Sure thing", "tone_a", 1.0)
             second = it.fake.render_timed("The train leaves at nine tonight", "tone_a", 1.0)
             assert len(pcm) // 2 == first[0].size + second[0].size

@@ -30,7 +30,7 @@ async def test_health_ready_voices_metrics(fake_server: Server, http: aiohttp.Cl
 
 async def test_batch_speech_is_whole_frames_of_expected_length(fake_server: Server, http: aiohttp.ClientSession) -> None:
     text = "Hello there. This is a batch request with two sentences."
-    async with http.post(fake_server.url + "/v1/audio/speech", json={"model": "kokoro", "input": text}) as r:
+    async with http.post(fake_server.url + "/v1/audio/speech", json={"model": "kokoro", "input": text, "stream": False}) as r:
         assert r.status == 200
         assert r.headers["Content-Type"] == "audio/mpeg"
         audio = await r.read()
@@ -43,7 +43,8 @@ async def test_batch_speech_is_whole_frames_of_expected_length(fake_server: Serv
 @pytest.mark.parametrize("fmt,ctype", [("wav", "audio/wav"), ("pcm", "audio/pcm"), ("opus", "audio/ogg"),
                                        ("aac", "audio/aac"), ("flac", "audio/flac")])
 async def test_batch_other_formats(fake_server: Server, http: aiohttp.ClientSession, fmt: str, ctype: str) -> None:
-    async with http.post(fake_server.url + "/v1/audio/speech", json={"input": "One two three.", "response_format": fmt}) as r:
+    async with http.post(fake_server.url + "/v1/audio/speech", json={"input": "One two three.", "response_format": fmt,
+                                                                  "stream": False}) as r:
         assert r.status == 200, await r.text()
         assert r.headers["Content-Type"].startswith(ctype)
         audio = await r.read()
@@ -70,7 +71,13 @@ BAD_BATCH = [
     ({"input": "Hi.", "speed": 4.5}, 400, "invalid_speed"),
     ({"input": "Hi.", "model": "whisper-1"}, 400, "unknown_model"),
     ({"input": "Hi.", "instructions": 7}, 400, "invalid_option"),
-    ({"input": "Hi.", "stream_format": "sse"}, 400, "invalid_option"),
+    ({"input": "Hi.", "stream_format": "events"}, 400, "invalid_option"),
+    ({"input": "Hi.", "stream_format": "sse", "stream": False}, 400, "invalid_option"),  # sse streams
+    ({"input": "Hi.", "sample_rate": 11025}, 400, "invalid_option"),
+    ({"input": "Hi.", "sample_rate": "fast"}, 400, "invalid_option"),
+    ({"input": "Hi.", "sample_rate": True}, 400, "invalid_option"),
+    ({"input": "Hi.", "sample_rate": 22050, "response_format": "opus"}, 400, "invalid_option"),
+    ({"input": "Hi.", "sample_rate": 48000, "bitrate": 8}, 400, "invalid_option"),  # not MPEG-1
     ({"input": "Hi.", "stream": "maybe"}, 400, "invalid_option"),
     ({"input": "Hi.", "speed": "fast"}, 400, "invalid_option"),
     ({"input": 42}, 400, "empty_input"),

@@ -14,6 +14,7 @@ from gateway import batch
 from gateway.container import STREAM_PATH, make_container_app
 from gateway.engines.fake import FakeEngine
 from gateway.options import parse_options
+from gateway.pipeline import OUT_EVENTS
 from gateway.state import GATEWAY
 from gateway.stream import StreamSession
 from gateway.synthesis import SynthesisHub
@@ -77,7 +78,7 @@ async def test_batch_and_stream_give_the_same_audio(fmt: str) -> None:
 async def test_openai_batch_and_its_stream_and_the_socket_give_the_same_pcm(
         fake_server: Server, http: aiohttp.ClientSession) -> None:
     body = {"input": REPLY, "response_format": "pcm", "voice": "tone_a"}
-    async with http.post(fake_server.url + "/v1/audio/speech", json=body) as resp:
+    async with http.post(fake_server.url + "/v1/audio/speech", json={**body, "stream": False}) as resp:
         assert resp.status == 200
         whole = await resp.read()
     async with http.post(fake_server.url + "/v1/audio/speech", json={**body, "stream": True}) as resp:
@@ -125,3 +126,57 @@ async def test_the_container_socket_and_the_gateway_socket_run_one_channel(
     assert (g_done["channel"], c_done["channel"]) == ("ws", "container")
     for name in ("sentences", "audio_bytes", "payloads", "wire_bytes"):
         assert g_done[name] == c_done[name], name
+
+
+class FailingAgent:
+    """An agent whose first turn streams words (no sentence end yet), then fails once ``fail``
+    is set; later turns answer "Fine." (a real Agent, paced by the test instead of a network)."""
+
+    backend = label = "failing"
+
+    def __init__(self, words: int) -> None:
+        self.words, self.turns = words, 0
+        self.fail, self.failing = asyncio.Event(), asyncio.Event()
+
+    async def aclose(self) -> None:
+        pass
+
+    async def stream(self, messages: list[dict[str, str]]) -> Any:
+        from gateway.agent import AgentError
+
+        self.turns += 1
+        if self.turns > 1:
+            yield "Fine."
+            return
+        for _ in range(self.words):
+            yield "and "
+        await self.fail.wait()
+        self.failing.set()
+        raise AgentError("the model's stream broke")
+
+
+async def test_nothing_of_a_cancelled_turn_follows_its_cancelled() -> None:
+    """Issue 22, finding 7: an agent turn that failed while it was being cancelled sent its
+    ``error`` after ``cancelled`` (and the error then ended the conversation). Here the client
+    reads nothing for a while, so the turn's ``error`` waits for room in the session's queue
+    when the ``cancel`` comes; the failing turn had taken its task out of the pipeline's, so
+    the cancel could not stop it, and the room the cancel made let the error through."""
+    settings = fake_settings()
+    engine, agent = FakeEngine(settings), FailingAgent(words=OUT_EVENTS)
+    session = StreamSession(engine, parse_options({}, settings, engine), settings, agent=agent,
+                            hub=SynthesisHub(engine))
+    session.multi_turn = True  # as on the WebSocket
+    try:
+        session.push_prompt("Hi?")
+        await until(session.out.full)  # a `text` event per word: the client has not read them
+        async with asyncio.timeout(20):  # a deadlock fails here rather than hang the suite
+            agent.fail.set()
+            await agent.failing.wait()  # the turn's error is on its way out: the client barges in
+            await session.cancel()
+            session.push_prompt("Still there?")
+            session.end()
+            seen = [event.type async for event in session.events()]
+        assert seen[0] == "cancelled", seen  # the queued events were dropped
+        assert "error" not in seen and seen[1] == "text" and seen[-1] == "done", seen  # the next turn, whole
+    finally:
+        await session.aclose()

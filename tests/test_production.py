@@ -192,7 +192,9 @@ def test_trusted_proxies_must_parse() -> None:
 ])
 async def test_forwarded_client_counts_only_from_trusted_peers(
         start_server: Callable[..., Awaitable[Server]], trusted: str, header: str, second_admitted: bool) -> None:
-    server = await start_server(fake_settings(trusted_proxies=trusted, max_sessions_per_client=1, fake_hang=True))
+    header_setting = {"forwarded_header": "forwarded"} if header == "Forwarded" else {}
+    server = await start_server(fake_settings(trusted_proxies=trusted, max_sessions_per_client=1, fake_hang=True,
+                                              **header_setting))
 
     def claim(ip: str) -> dict[str, str]:
         return {header: f"for={ip}" if header == "Forwarded" else f"{ip}, 127.0.0.1"}
@@ -219,14 +221,15 @@ async def test_the_access_log_names_the_forwarded_client() -> None:
             async with http.get(server.url + "/v1/stream/sse?text=Hi%20there.",
                                 headers={"X-Forwarded-For": "198.51.100.23"}) as r:
                 assert r.status == 200 and b"event: done" in await r.read()
-            async with http.get(server.url + "/healthz", headers={"Forwarded": 'for="[2001:db8::7]:80"'}) as r:
+            async with http.get(server.url + "/healthz", headers={"X-Forwarded-For": "[2001:db8::7]:80"}) as r:
                 assert r.status == 200
 
         def logged(client: str, path: str) -> bool:
             return any("aiohttp.access" in line and f": {client} [" in line and path in line
                        for line in list(server.tail))
 
-        await until(lambda: logged("198.51.100.23", "/v1/stream/sse") and logged("2001:db8::7", "/healthz"),
+        await until(lambda: logged("198.51.100.23", "/v1/stream/sse") and logged("2001:db8::7", "/healthz")
+                    and logged("198.51.100.23", '/v1/stream/ws HTTP/1.1" 101 '),
                     10, "the access log lines:\n" + "\n".join(list(server.tail)[-6:]))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import signal
 import time
 
@@ -97,11 +98,17 @@ async def test_unexpected_errors_leak_nothing(start_server, http) -> None:
     assert sse.error == {"code": "internal_error", "message": "synthesis failed"}
 
 
-async def test_client_disconnect_cancels_synthesis_and_leaves_no_task(start_server, http) -> None:
+async def test_client_disconnect_cancels_synthesis_and_leaves_no_task(start_server, http, caplog) -> None:
+    caplog.set_level(logging.ERROR)
     server = await start_server(fake_settings(fake_rtf=0.5, fake_chunk_ms=100))
     baseline = len(asyncio.all_tasks())
-    for channel in ("ws", "sse"):
-        if channel == "ws":
+    for channel in ("ws", "sse", "speech", "speech-sse"):  # speech: OpenAI's route, streamed
+        if channel.startswith("speech"):
+            extra = {"stream_format": "sse"} if channel == "speech-sse" else {}
+            resp = await http.post(server.url + "/v1/audio/speech", json={"input": LONG, "response_format": "pcm", **extra})
+            await resp.content.readany()  # the first audio
+            resp.close()
+        elif channel == "ws":
             ws = await http.ws_connect(server.ws_url)
             await ws.send_json({"type": "text", "text": LONG})
             await ws.send_json({"type": "end"})
@@ -121,6 +128,8 @@ async def test_client_disconnect_cancels_synthesis_and_leaves_no_task(start_serv
         assert time.perf_counter() - t0 < 0.2, f"{channel}: synthesis ran on after the client left"
     await asyncio.sleep(0.05)
     assert len(asyncio.all_tasks()) <= baseline
+    # a client leaving is ordinary: no "Error handling request" traceback in the server's log
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 async def test_slow_client_is_closed_and_memory_bounded(start_server) -> None:

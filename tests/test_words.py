@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import Any
+from typing import Any, AsyncIterator
 
 import aiohttp
 import pytest
 
 from bench.client import sse_stream, ws_stream
+from gateway.engines.fake import FakeEngine
+from gateway.timestamps import WordTimes, words_of
 
 from .conftest import Server, fake_settings
 
@@ -141,3 +143,62 @@ async def test_words_come_through_the_model_container_with_the_same_times(http: 
                 assert r.done is not None, r.events
                 assert flat(r) == [(w, round(s + lead), round(e + lead)) for w, s, e in TIMES]
                 words_before_audio(r)
+
+
+def spoken(text: str, lead_ms: float = 0.0) -> list[tuple[str, int, int]]:
+    """The fake engine's times for ``text`` as one stretch of audio: 240 ms a word."""
+    return [(w, round(k * 240 + lead_ms), round(k * 240 + 180 + lead_ms)) for k, w in enumerate(words_of(text))]
+
+
+async def test_container_path_times_each_word_once(http: aiohttp.ClientSession) -> None:
+    """Issue 22, finding 4: a segment with a clause mark ("One two three, four five six.", the
+    reply's second sentence, so the gateway sends it whole) came back from the model container
+    cut in two, with two ``words`` events, and the pipeline added the first part's audio to the
+    second part's times again: "four" landed past the end of the audio."""
+    from bench.servers import serve_app, serve_gateway
+    from gateway.container import STREAM_PATH, make_container_app
+
+    text = "Yes. One two three, four five six."
+    settings = fake_settings()
+    async with serve_app(make_container_app(settings, FakeEngine(settings))) as container:
+        ws_url = container.replace("http://", "ws://") + STREAM_PATH
+        async with serve_gateway(fake_settings(engine="container", container_url=ws_url)) as (url, _):
+            for fmt, lead in (("pcm", 0.0), ("mp3", MP3_LEAD_MS)):
+                r = await ws_stream(http, url.replace("http://", "ws://") + "/v1/stream/ws", text=text,
+                                    options={"format": fmt, "envelope": "msgpack"})
+                assert r.done is not None, r.events
+                assert [e["text"] for e in r.of("sentence")] == ["Yes.", "One two three, four five six."]
+                assert [e["sentence"] for e in r.of("words")] == [0, 1]  # the container did not re-cut
+                assert flat(r) == spoken(text, lead)
+                assert flat(r)[-1][2] <= r.done["audio_ms"] + lead
+
+
+class TwoPieceEngine(FakeEngine):
+    """The fake engine, but each segment comes as two model calls (as the embedded engine's do
+    past 510 phonemes): two ``WordTimes``, each on the segment's timeline, before its own audio."""
+
+    async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
+                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:
+        words, at = text.split(), 0
+        for part in (words[:len(words) // 2], words[len(words) // 2:]):
+            pcm, times = self.render_timed(" ".join(part), voice, speed)
+            if timestamps and pcm.size:
+                yield times.shifted(at)
+            yield pcm.tobytes()
+            at += pcm.size
+
+
+async def test_two_word_times_in_one_segment_live_and_from_the_cache(start_server, http: aiohttp.ClientSession) -> None:
+    """Issue 22, finding 4: an engine that gives one segment's words in two pieces (the embedded
+    engine past 510 phonemes) had the second piece's times offset twice; from the synthesis
+    cache (all pieces' words before the audio) they were right. Both must agree."""
+    settings = fake_settings()
+    server = await start_server(settings, TwoPieceEngine(settings))
+    text = "One two three four five six."
+    for attempt in ("live", "cache"):
+        r = await ws_stream(http, server.ws_url, text=text, options={"format": "pcm", "envelope": "msgpack"})
+        assert r.done is not None, (attempt, r.events)
+        assert [e["sentence"] for e in r.of("words")] == [0, 0]
+        assert flat(r) == spoken(text), attempt
+    async with http.get(server.url + "/metrics") as resp:
+        assert 'tts_synthesis_cache_total{outcome="hit"} 1.0' in await resp.text()  # the second came from it

@@ -15,17 +15,19 @@ from typing import Protocol
 import lameenc
 import numpy as np
 
-from . import webm
+from . import g711, webm
 from .mp3 import FrameAligner, Mp3FormatError, mp3_bitrates
 
 log = logging.getLogger(__name__)
 
-FORMATS: tuple[str, ...] = ("mp3", "pcm", "wav", "opus")
+FORMATS: tuple[str, ...] = ("mp3", "pcm", "wav", "opus", "ulaw", "alaw")
 CONTENT_TYPES: dict[str, str] = {
     "mp3": "audio/mpeg",
     "pcm": "audio/pcm",  # s16le mono at the stream's sample_rate (24000 for Kokoro)
     "wav": "audio/wav",
     "opus": "audio/webm;codecs=opus",
+    "ulaw": "audio/PCMU",  # G.711 (RFC 4856), one byte a sample, no header
+    "alaw": "audio/PCMA",
 }
 #: LAME's algorithm quality (2 best .. 7 fastest). Measured on 20 s of speech, 24 kHz,
 #: 64 kbps, per core: q2 190x real time, PESQ-WB 3.82; q5 317x, 3.93; q7 583x, 4.05. q7 is
@@ -243,6 +245,8 @@ def make_encoder(fmt: str, *, sample_rate: int = 24000, bitrate: int = 64) -> En
         return WavEncoder(sample_rate=sample_rate)
     if fmt == "opus":
         return OpusEncoder(sample_rate=sample_rate, bitrate=bitrate)
+    if fmt in g711.LAWS:
+        return g711.G711Encoder(fmt, sample_rate=sample_rate)
     raise ValueError(f"unknown audio format {fmt!r}; choose one of {', '.join(FORMATS)}")
 
 

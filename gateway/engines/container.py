@@ -1,7 +1,8 @@
 """The container engine: synthesis in a model container reached over its WebSocket.
 
 It speaks the container's ``/invocations-bidirectional-stream`` (see ``gateway.container``):
-for each segment it sends ``start`` (``format=pcm``, the voice and speed), ``text`` and ``end``,
+for each segment it sends ``start`` (``format=pcm``, the voice and speed, ``first_clause: false``:
+the text is one segment, not to be cut again), ``text`` and ``end``,
 then yields the binary PCM frames as they arrive until ``done``. The container does not close
 a socket after ``done``, so finished sockets go back to a small pool of idle ones and the next
 segment skips the handshake; one segment at a time per socket.
@@ -252,8 +253,9 @@ class ContainerEngine(EngineBase):
         done = False
         try:
             # the listener's buffer travels too: the container's engine then streams inside the
-            # segment only when someone is waiting for it (and in the mode asked for)
-            start = {"type": "start", "format": "pcm", "voice": voice, "speed": speed,
+            # segment only when someone is waiting for it (and in the mode asked for). The text
+            # is one segment already: the container must not cut its first clause off again
+            start = {"type": "start", "format": "pcm", "voice": voice, "speed": speed, "first_clause": False,
                      "buffered_s": round(max(0.0, buffered_s), 3),
                      **({"vocoder": vocoder} if vocoder else {})}
             try:

@@ -5,11 +5,17 @@ failure and hangs, never a mock. Each word becomes 180 ms of a tone whose pitch 
 the word, followed by 60 ms of silence (both divided by the speed), so duration is
 predictable from the text; ``fake_pause_ms`` adds that much silence after the first word of
 each segment. Word timestamps are the tones' spans, so the pause shows up in them.
+
+``fake_gate_word`` / ``fake_gate_path``: a segment holding that word waits, before its first
+chunk, until that file exists. A test (even one whose gateway is another process) holds a
+reply's last segment back, sees its first audio arrive, then creates the file: an event-order
+proof of streaming that no timing threshold can give.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import zlib
 from dataclasses import dataclass
 from typing import AsyncIterator
@@ -42,6 +48,8 @@ class FakeSettings:
     chunk_ms: int
     pause_ms: float  # silence after each segment's first word
     workers: int  # calls computed at once (0: any number, each at ``rtf``)
+    gate_word: str  # a segment holding this word waits until ``gate_path`` exists
+    gate_path: str
 
 
 class FakeEngine(EngineBase):
@@ -114,6 +122,9 @@ class FakeEngine(EngineBase):
             await asyncio.sleep(s.first_delay_ms / 1000)
         if s.hang:
             await asyncio.Event().wait()
+        if s.gate_word and s.gate_word in text:
+            while not os.path.exists(s.gate_path):
+                await asyncio.sleep(0.01)
         pcm, words = self.render_timed(text, voice, speed)
         if timestamps and pcm.size:
             yield words

@@ -175,7 +175,8 @@ class StreamTransport:
         from aws_sdk_sagemaker_runtime_http2.models import (
             InvokeEndpointWithBidirectionalStreamInput, RequestPayloadPart, RequestStreamEventPayloadPart)
 
-        messages = ({"type": "start", "format": "pcm", "voice": voice, "speed": speed},
+        # one segment already: the container must not cut its first clause off again
+        messages = ({"type": "start", "format": "pcm", "voice": voice, "speed": speed, "first_clause": False},
                     {"type": "text", "text": text}, {"type": "end"})
         try:
             async with asyncio.timeout(OPEN_TIMEOUT_S):

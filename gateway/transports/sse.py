@@ -3,6 +3,10 @@
 Byte accounting counts what is really written: each event's text plus the HTTP/1.1 chunk
 framing around it, so ``done.wire_bytes / done.audio_bytes - 1`` is the channel's measured
 overhead (about a third, from base64 and the JSON around it).
+
+A reader that stops reading is held to the WebSocket's limits (``send_timeout_s``,
+``send_queue_bytes``; ``slowclient.py``): it is cut off, its synthesis stops and its admission
+slot goes to the next session.
 """
 from __future__ import annotations
 
@@ -13,9 +17,10 @@ from typing import Any
 from aiohttp import web
 from aiohttp_sse import EventSourceResponse, sse_response
 
-from ..errors import BadRequest
+from ..errors import BadRequest, SlowClient
 from ..security import check_origin
-from ..state import GATEWAY
+from ..slowclient import cut_off, send_limits
+from ..state import GATEWAY, Gateway
 from ..stream import Event, StreamSession
 from .channel import Channel
 
@@ -50,19 +55,24 @@ class SseChannel(Channel):
     name = "sse"
     resp: CountingEventSource
 
+    def __init__(self, gw: Gateway, request: web.Request) -> None:
+        super().__init__(gw)
+        self.request = request
+
     async def write(self, event: Event) -> int:
         fields = event.fields
         if event.type == "audio":
             fields = {**fields, "data": base64.b64encode(event.audio).decode("ascii")}
         before = self.resp.wire_bytes
-        await self.resp.send(json.dumps(fields), event=event.type)
+        async with send_limits(self.request):
+            await self.resp.send(json.dumps(fields), event=event.type)
         return self.resp.wire_bytes - before
 
 
 async def handle_sse(request: web.Request) -> web.StreamResponse:
     gw = request.app[GATEWAY]
     check_origin(request, gw.settings)
-    channel = SseChannel(gw)
+    channel = SseChannel(gw, request)
     # validation errors are plain HTTP errors: nothing has been streamed yet
     options = await channel.options_for(await _request_fields(request))
     if not (options.text.strip() or options.prompt.strip()):
@@ -74,7 +84,12 @@ async def handle_sse(request: web.Request) -> web.StreamResponse:
                 async with sse_response(request, response_cls=CountingEventSource, allow_all_methods=True) as resp:
                     channel.resp = resp
                     await _stream(session, channel)
+                    async with send_limits(request):
+                        await resp.write_eof()  # the stream's end, within the same limits
             return resp
+        except SlowClient as exc:  # it can take no event: cut off, counted as on the WebSocket
+            cut_off(request, channel.name, exc)
+            return web.Response(status=499)
         except ConnectionError:
             return web.Response(status=499)  # the client went away; nothing more to send
         finally:

@@ -1,8 +1,16 @@
 """The unified WebSocket channel: ``GET /v1/stream/ws``.
 
 Client -> server: JSON text frames ``start``, ``text``, ``prompt``, ``flush``, ``end``,
-``cancel``. Server -> client: JSON events, and each audio payload as ONE binary frame of whole
-MP3 frames; with ``envelope=msgpack`` every server message is one binary msgpack map instead.
+``cancel``, ``ping``. Server -> client: JSON events, and each audio payload as ONE binary frame
+of whole MP3 frames; with ``envelope=msgpack`` every server message is one binary msgpack map
+instead.
+
+``text`` or ``prompt`` among the options is spoken: from ``start``, as if a ``text`` and a
+``flush`` (or a ``prompt``) followed it, and the reply stays open for more; from the query
+string, the session starts as the socket opens, with the text as the whole reply (``done``
+follows) or the prompt as its first turn. ``ws_idle_timeout_s`` without a client message
+(``ping`` -> ``pong`` keeps a socket alive) and without a reply in progress: ``closing
+{reason: "idle"}``, then close 1000.
 
 Errors the session survives (a malformed message, an unknown type, text after ``end``) answer
 an ``error`` event. Errors it cannot survive answer ``error`` and then a close code: 1008 bad
@@ -16,23 +24,20 @@ import contextlib
 import json
 import logging
 import time
-from typing import Any
+from typing import Any, AsyncIterator
 
 import msgpack
 from aiohttp import WSCloseCode, WSMsgType, web
 
+from ..accesslog import log_websocket
 from ..errors import BadRequest, GatewayError, PayloadTooLarge
-from ..security import check_origin
+from ..security import WS_TOKEN_PROTOCOL, check_origin
 from ..state import GATEWAY, Gateway
 from ..stream import Event, StreamSession
 from .channel import Channel
-from .ws_input import Fatal, RateLimiter, validate_message
+from .ws_input import Fatal, IdleClock, RateLimiter, close_code_for, frame_overhead, parse_message, validate_message
 
 log = logging.getLogger(__name__)
-
-def frame_overhead(n: int) -> int:
-    """Bytes of a server-to-client (unmasked) WebSocket frame header for an n-byte payload."""
-    return 2 if n < 126 else 4 if n < 65536 else 10
 
 
 class WsChannel(Channel):
@@ -44,6 +49,7 @@ class WsChannel(Channel):
     binary_control = False
     rate_limited = True
     keeps_socket = False
+    idle_close = True  # close after ``ws_idle_timeout_s`` idle (the container's pooled sockets: never)
 
     def __init__(self, ws: web.WebSocketResponse, gw: Gateway, request: web.Request) -> None:
         super().__init__(gw)
@@ -56,6 +62,8 @@ class WsChannel(Channel):
         self.text_chars = 0  # text received in the current reply
         self.finished: asyncio.Future[None] | None = None  # set when the socket is done for
         self.closing = False  # we started the close handshake
+        timeout = gw.settings.ws_idle_timeout_s if self.idle_close else 0.0
+        self.idle = IdleClock(timeout, lambda: self.session is not None and self.session.busy)
 
     # -- sending ------------------------------------------------------------------------
     async def write(self, event: Event) -> int:
@@ -77,6 +85,7 @@ class WsChannel(Channel):
         backlog = transport.get_write_buffer_size() if transport else 0
         if backlog > self.gw.settings.send_queue_bytes:
             raise Fatal(WSCloseCode.POLICY_VIOLATION, "slow_client", f"client is {backlog} bytes behind")
+        self.idle.touch()  # a reply's events: time idle counts from the last
         async with self.lock:
             try:
                 async with asyncio.timeout(self.gw.settings.send_timeout_s):
@@ -129,19 +138,26 @@ class WsChannel(Channel):
                 self.finished.set_result(None)
 
     # -- the client's messages -> the session -------------------------------------------
-    async def start_session(self, fields: dict[str, Any]) -> StreamSession:
+    async def start_session(self, fields: dict[str, Any], *, whole: bool = False) -> StreamSession:
+        """Open the session; its options' ``text`` is spoken at once (``whole``: as the whole
+        reply, else as the reply's start), or its ``prompt`` starts the first turn."""
         session = await self.admitted_session(await self.options_for({**self.query, **fields}))
         self.msgpack = session.options.envelope == "msgpack"
         session.multi_turn = True  # each `prompt` is a turn; the socket stays open until `end`
         self.session = session
         await self.send(Event("ready", session.ready_fields()))
         self.writer = asyncio.create_task(self._pump(session))
+        self.text_chars += len(session.options.text)
+        session.speak_options(whole=whole)
         return session
 
     async def handle(self, msg: dict[str, Any]) -> None:
         if self.keeps_socket and self.session is not None and self.session.finished:
             await self._end_reply()  # the next reply on a socket that outlives one
         kind = validate_message(msg, self.gw.settings)
+        if kind == "ping":  # keeps an idle socket open; starts nothing
+            await self.send(Event("pong", {k: v for k, v in msg.items() if k == "id"}))
+            return
         if kind == "start":
             if self.session is not None:
                 raise BadRequest("the session has already started", code="already_started")
@@ -178,26 +194,41 @@ class WsChannel(Channel):
         handshake, and its session must still end when the pump gives up on it.
         """
         reader = asyncio.create_task(self.run())
+        idle = asyncio.create_task(self.idle.expired())
         self.finished = asyncio.get_running_loop().create_future()
         try:
-            await asyncio.wait([reader, self.finished], return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait([reader, self.finished, idle], return_when=asyncio.FIRST_COMPLETED)
+            if idle.done() and not self.finished.done():
+                self.finished.set_result(None)
+                await self._close_idle()
             if self.closing:  # our close handshake is under way: let the client answer it
                 await asyncio.wait([reader, self.finished], timeout=3.0)
         finally:
+            idle.cancel()
             if not reader.done():
                 reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader  # re-raises Fatal from the reader
 
+    async def _close_idle(self) -> None:
+        with contextlib.suppress(ConnectionError, Fatal, RuntimeError):
+            await self.send(Event("closing", {"reason": "idle", "idle_timeout_s": self.idle.timeout_s}))
+        await self.close(WSCloseCode.OK, "idle")
+
     async def run(self) -> None:
+        if (self.query.get("text") or "").strip() or (self.query.get("prompt") or "").strip():
+            with self.idle.held():  # the session starts as the socket opens
+                async with self.client_errors():
+                    await self.start_session({}, whole=True)
         async for msg in self.ws:
             if self.rate_limited and not self.limiter.allow(time.monotonic()):
                 raise Fatal(WSCloseCode.POLICY_VIOLATION, "rate_limited",
                             f"more than {self.gw.settings.ws_messages_per_s:g} messages a second")
-            if msg.type == WSMsgType.TEXT:
-                await self.on_text(msg.data)
-            elif msg.type == WSMsgType.BINARY:
-                await self.on_binary(bytes(msg.data))
+            with self.idle.held():  # not idle while a message is handled (a start waits for the engine)
+                if msg.type == WSMsgType.TEXT:
+                    await self.on_text(msg.data)
+                elif msg.type == WSMsgType.BINARY:
+                    await self.on_binary(bytes(msg.data))
             if self.ws.closed:
                 break
 
@@ -214,14 +245,14 @@ class WsChannel(Channel):
         await self.on_text(text)
 
     async def on_text(self, data: str) -> None:
+        async with self.client_errors():
+            await self.handle(parse_message(data))
+
+    @contextlib.asynccontextmanager
+    async def client_errors(self) -> AsyncIterator[None]:
+        """The client's mistakes: an ``error`` the session survives, or ``Fatal``."""
         try:
-            try:
-                msg = json.loads(data)
-            except json.JSONDecodeError:
-                raise BadRequest("messages must be JSON objects", code="invalid_json") from None
-            if not isinstance(msg, dict):
-                raise BadRequest("messages must be JSON objects", code="invalid_json")
-            await self.handle(msg)
+            yield
         except PayloadTooLarge as exc:
             raise Fatal(WSCloseCode.MESSAGE_TOO_BIG, exc.code, exc.message) from None
         except BadRequest as exc:
@@ -241,6 +272,7 @@ class WsChannel(Channel):
 async def serve_socket(request: web.Request, channel_cls: type[WsChannel], **ws_options: Any) -> web.WebSocketResponse:
     """Run one socket of ``channel_cls``: the browser's and the model container's alike."""
     gw = request.app[GATEWAY]
+    started = asyncio.get_running_loop().time()
     ws = web.WebSocketResponse(max_msg_size=gw.settings.ws_max_message_bytes, compress=False, **ws_options)
     await ws.prepare(request)
     channel = channel_cls(ws, gw, request)
@@ -257,18 +289,12 @@ async def serve_socket(request: web.Request, channel_cls: type[WsChannel], **ws_
             await channel.close(close_code_for(exc), exc.code)
         finally:
             gw.channels.discard(channel)
+            log_websocket(request, ws, asyncio.get_running_loop().time() - started)
             await channel.aclose()  # a client that went away stops its synthesis here
     return ws
 
 
 async def handle_ws(request: web.Request) -> web.WebSocketResponse:
     check_origin(request, request.app[GATEWAY].settings)  # before the upgrade: a plain 403
-    return await serve_socket(request, WsChannel, heartbeat=30.0)
-
-
-def close_code_for(exc: GatewayError) -> int:
-    if exc.status in (429, 400, 401, 403, 413):
-        return WSCloseCode.POLICY_VIOLATION
-    if exc.status == 503:
-        return WSCloseCode.TRY_AGAIN_LATER
-    return WSCloseCode.INTERNAL_ERROR
+    # a browser token may come as the subprotocols "token, <token>": aiohttp echoes "token"
+    return await serve_socket(request, WsChannel, heartbeat=30.0, protocols=(WS_TOKEN_PROTOCOL,))

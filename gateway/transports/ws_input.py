@@ -1,12 +1,18 @@
-"""Validation of WebSocket client messages, and the per-session message rate limit."""
+"""WebSocket client messages (validation, the per-session rate limit, the idle clock) and the
+protocol's numbers: close codes for errors, frame header sizes."""
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import contextlib
+import json
+from typing import Any, Callable, Iterator
+
+from aiohttp import WSCloseCode
 
 from ..config import Settings
 from ..errors import BadRequest, GatewayError, PayloadTooLarge
 
-CLIENT_TYPES = ("start", "text", "prompt", "flush", "end", "cancel")
+CLIENT_TYPES = ("start", "text", "prompt", "flush", "end", "cancel", "ping")
 
 
 class Fatal(Exception):
@@ -41,6 +47,55 @@ class RateLimiter:
         return True
 
 
+class IdleClock:
+    """When a socket has gone ``timeout_s`` with nothing from the client (``touch`` on each of
+    its messages) and no reply in progress (``busy``; ``touch`` on each event sent too, so the
+    time counts from a reply's last event)."""
+
+    def __init__(self, timeout_s: float, busy: Callable[[], bool]) -> None:
+        self.timeout_s, self.busy = timeout_s, busy
+        self.loop = asyncio.get_running_loop()
+        self.last = self.loop.time()
+        self.holds = 0  # client messages being handled
+
+    def touch(self) -> None:
+        self.last = self.loop.time()
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """A client message: never idle while it is handled, and the clock restarts after it."""
+        self.holds += 1
+        self.touch()
+        try:
+            yield
+        finally:
+            self.holds -= 1
+            self.touch()
+
+    async def expired(self) -> None:
+        """Return once the socket is idle (never, with a timeout of 0)."""
+        if self.timeout_s <= 0:
+            await asyncio.Event().wait()
+        while True:
+            await asyncio.sleep(max(0.0, self.last + self.timeout_s - self.loop.time()))
+            if self.loop.time() - self.last < self.timeout_s:
+                continue  # touched meanwhile
+            if not self.holds and not self.busy():
+                return
+            self.touch()  # a reply still at work (a slow segment): look again a timeout later
+
+
+def parse_message(data: str) -> dict[str, Any]:
+    """A text frame as a JSON object; ``BadRequest`` ``invalid_json`` if it is not one."""
+    try:
+        msg = json.loads(data)
+    except json.JSONDecodeError:
+        raise BadRequest("messages must be JSON objects", code="invalid_json") from None
+    if not isinstance(msg, dict):
+        raise BadRequest("messages must be JSON objects", code="invalid_json")
+    return msg
+
+
 def validate_message(msg: dict[str, Any], settings: Settings) -> str:
     """Check a client message's shape; return its type."""
     kind = msg.get("type")
@@ -64,3 +119,16 @@ def validate_message(msg: dict[str, Any], settings: Settings) -> str:
             raise BadRequest("`played_ms` must be the playback position in the reply, in ms (>= 0)",
                              code="invalid_message")
     return str(kind)
+
+
+def close_code_for(exc: GatewayError) -> int:
+    if exc.status in (429, 400, 401, 403, 413):
+        return WSCloseCode.POLICY_VIOLATION
+    if exc.status == 503:
+        return WSCloseCode.TRY_AGAIN_LATER
+    return WSCloseCode.INTERNAL_ERROR
+
+
+def frame_overhead(n: int) -> int:
+    """Bytes of a server-to-client (unmasked) WebSocket frame header for an n-byte payload."""
+    return 2 if n < 126 else 4 if n < 65536 else 10

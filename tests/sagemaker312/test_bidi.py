@@ -301,7 +301,7 @@ async def test_stream_mode_forwards_the_containers_words(certs: TlsFiles) -> Non
     from ..test_engine_words import stand_in
 
     text = "Sure thing. The train leaves at nine tonight"
-    async with stand_in(True) as (_, ws_url):
+    async with stand_in(True) as (it, ws_url):
         standin = Container(URL(ws_url).port or 0)
         standin.log.close()  # no subprocess: no log
         async with bidi_service(standin, certs) as (_, url):
@@ -313,6 +313,8 @@ async def test_stream_mode_forwards_the_containers_words(certs: TlsFiles) -> Non
                 plain = [x async for x in engine.synthesize(text, voice="tone_a", speed=1.0)]
             finally:
                 await engine.aclose()
+    # issue 22, finding 4: the text is one segment, which the container must not cut again
+    assert it.starts and all(start["first_clause"] is False for start in it.starts)
     kinds = ["words" if isinstance(x, WordTimes) else "audio" for x in items]
     assert kinds[0] == "words" and kinds.count("words") == 2 and kinds[-1] == "audio"
     pcm = b"".join(x for x in items if isinstance(x, bytes))
