@@ -13,8 +13,8 @@ real-time listeners its compute could feed at most.
 
 Engines: the fake engine computing one call at a time (``fake_workers=1``) at each ``--rtfs``
 pace, and the embedded model. Sessions use the SSE channel by default (``--channel``): its
-request carries the whole text, so admission forecasts the real reply (a WebSocket's text
-comes after ``ready``: a nominal reply is forecast).
+request carries the whole text, so admission forecasts the real reply (the reference WebSocket
+client sends its text after ``ready``: a nominal reply is forecast).
 """
 from __future__ import annotations
 
