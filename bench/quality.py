@@ -140,6 +140,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--sentences", type=int, default=len(SENTENCES))
     parser.add_argument("--modes", default=",".join(MODES),
                         help="vocoder modes, on the first route only (default: %(default)s)")
+    parser.add_argument("--paths", default="",
+                        help="instead: int8,fp32,fp16,torch (bench/quality_paths.py): WER and distance to int8")
+    parser.add_argument("--kokoro-dir", default="", help="--paths torch: converted weights (made if missing)")
+    parser.add_argument("--device", default="", help="--paths torch: cpu or cuda (default: cuda if available)")
     parser.add_argument("--out", default="bench-results/quality.json")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -153,6 +157,8 @@ def main(argv: list[str]) -> int:
         log.info("only Whisper tiny.en is available offline; pass --whisper base=PATH for base")
     sentences = SENTENCES[: args.sentences]
     t0 = time.perf_counter()
+    if args.paths:
+        return run_paths(args, voices, whispers, sentences, t0)
     modes = tuple(m for m in args.modes.split(",") if m)
     if modes[:1] != ("exact",) or any(m not in MODES for m in modes):
         parser.error(f"--modes must start with exact (the reference) and be among {', '.join(MODES)}")
@@ -164,6 +170,27 @@ def main(argv: list[str]) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     report = {"whisper": list(whispers), "routes": routes, "modes": list(modes), "voices": voices,
               "sentences": list(sentences), "words": len(wer.normalize(" ".join(sentences))),
+              "seconds": round(time.perf_counter() - t0, 1), "cells": cells}
+    out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"wrote {out} in {report['seconds']} s")  # noqa: T201
+    return 0
+
+
+def run_paths(args: argparse.Namespace, voices: list[str], whispers: dict[str, str | None],
+              sentences: tuple[str, ...], t0: float) -> int:
+    from gateway.floatgraph import cache_dir
+
+    from .quality_paths import PATHS, measure_paths, print_paths
+
+    paths = [p for p in args.paths.split(",") if p]
+    if any(p not in PATHS for p in paths):
+        raise SystemExit(f"--paths must be among {', '.join(PATHS)}")
+    kokoro_dir = Path(args.kokoro_dir or cache_dir().parent / "kokoro-82m")
+    cells = asyncio.run(measure_paths(paths, voices, whispers, sentences, kokoro_dir, args.device))
+    print_paths(cells)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    report = {"whisper": list(whispers), "paths": paths, "voices": voices, "sentences": list(sentences),
               "seconds": round(time.perf_counter() - t0, 1), "cells": cells}
     out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"wrote {out} in {report['seconds']} s")  # noqa: T201

@@ -1,4 +1,5 @@
-"""Command line: ``serve`` (default), ``container``, ``synth``, ``bench``, ``wyoming``, ``loadtest``, ``deploy``."""
+"""Command line: ``serve`` (default), ``container``, ``synth``, ``bench``, ``wyoming``, ``loadtest``, ``deploy``,
+``convert-weights``."""
 from __future__ import annotations
 
 import argparse
@@ -15,9 +16,11 @@ from .workers import worker_count
 
 log = logging.getLogger("gateway")
 
-SUBCOMMANDS = ("serve", "container", "synth", "bench", "wyoming", "loadtest", "deploy")
+SUBCOMMANDS = ("serve", "container", "synth", "bench", "wyoming", "loadtest", "deploy", "convert-weights")
+# subcommands that are tools with options of their own
+TOOLS = {"loadtest": "bench.loadtest", "deploy": "gateway.deploy", "convert-weights": "gateway.convert_weights"}
 BENCHES = ("engine", "quality", "overhead", "transports", "ttfb", "agent", "soak", "playback", "timestamps",
-           "clients", "listeners")
+           "clients", "gpu", "listeners")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -61,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("args", nargs=argparse.REMAINDER)
     deploy = sub.add_parser("deploy", help="create the SageMaker endpoint and its scaling policy", add_help=False)
     deploy.add_argument("args", nargs=argparse.REMAINDER)
+    convert = sub.add_parser("convert-weights", add_help=False,
+                             help="write a kokoro_dir (config.json, .pth) from the shipped model: --out DIR")
+    convert.add_argument("args", nargs=argparse.REMAINDER)
     return parser
 
 
@@ -125,9 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or (argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help")):
         argv = ["serve", *argv]
     # tools with options of their own get the rest of the line untouched
-    if argv[0] in ("loadtest", "deploy"):
+    if argv[0] in TOOLS:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        return run_module("bench.loadtest" if argv[0] == "loadtest" else "gateway.deploy", argv[1:])
+        return run_module(TOOLS[argv[0]], argv[1:])
     if argv[0] == "bench" and len(argv) > 1 and argv[1] in BENCHES:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         return run_module(f"bench.{argv[1]}", argv[2:])
@@ -135,10 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "bench":
         return run_module(f"bench.{args.name}", args.args)
-    if args.command == "loadtest":
-        return run_module("bench.loadtest", args.args)
-    if args.command == "deploy":
-        return run_module("gateway.deploy", args.args)
+    if args.command in TOOLS:
+        return run_module(TOOLS[args.command], args.args)
     settings = settings_from(args)
     logging.getLogger().setLevel(settings.log_level.upper())
     if args.command == "synth":

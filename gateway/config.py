@@ -80,6 +80,10 @@ class Settings:
     # call even when streaming: frozen statistics drift on short ones ("Sure!": -8 dB, 4 dB of
     # timbre) and their whole synthesis is short anyway (docs/STREAMING_VOCODER.md)
     embedded_vocoder_exact_below_s: float = 2.0
+    # the graph: int8 (as shipped), or fp32 / fp16 made from it on first use and cached
+    # (gateway/floatgraph); and where it runs: cpu, or cuda (onnxruntime-gpu, never a CPU fallback)
+    embedded_precision: str = "int8"
+    embedded_provider: str = "cpu"
 
     # fake engine (tests and capacity runs only)
     fake_rtf: float = 0.0  # seconds of compute per second of audio; 0 = instant

@@ -19,7 +19,6 @@ The container contract, on port 8080:
 """
 from __future__ import annotations
 
-import json
 import logging
 
 from aiohttp import web
@@ -31,6 +30,7 @@ from .config import Settings
 from .engines import create_engine
 from .engines.base import Engine
 from .errors import BadRequest
+from .jsonbody import decode_object
 from .options import parse_options
 from .state import GATEWAY
 from .transports.ws import WsChannel, serve_socket
@@ -80,13 +80,7 @@ async def _invocation_body(request: web.Request) -> dict[str, object]:
     raw = await request.read()
     if request.content_type.startswith("text/plain"):
         return {"text": raw.decode(request.charset or "utf-8", errors="replace")}
-    try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise BadRequest("the body must be a JSON object (or text/plain text)", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise BadRequest("the body must be a JSON object (or text/plain text)", code="invalid_json")
-    return body
+    return decode_object(raw, "the body must be a JSON object (or text/plain text)")
 
 
 async def stream(request: web.Request) -> web.WebSocketResponse:

@@ -4,8 +4,8 @@ The pipeline records each segment's text, where its audio starts on the reply's 
 its words (``words`` events); the session records how far the audio it sent reaches. After
 ``cancel`` with ``played_ms`` (the client's playback position in the reply), ``heard`` gives the
 reply's text up to and including the last word that started before it (with the punctuation
-attached to that word); without ``played_ms``, what was sent. Where the engine gives no word
-times, whole segments that started in time.
+attached to that word), never past the audio sent; without ``played_ms``, what was sent.
+Where the engine gives no word times, whole segments that started in time.
 
 A segment's words may come in several pieces (one per model call): until its audio is complete,
 its text counts only up to its last heard word, never past the words known so far. A segment
@@ -60,7 +60,9 @@ class Transcript:
         self.sent_ms = max(self.sent_ms, end_ms)
 
     def heard(self, played_ms: float | None = None) -> str:
-        limit = self.sent_ms if played_ms is None else played_ms
+        # a client cannot have heard audio it never got, whatever position it claims (audio
+        # encoded but still queued when it cancels is dropped unsent)
+        limit = self.sent_ms if played_ms is None else min(played_ms, self.sent_ms)
         out: list[str] = []
         for index in sorted(self.segments):
             seg = self.segments[index]
@@ -87,7 +89,9 @@ class Transcript:
 
 def _word_end(text: str, word: str, start: int) -> int:
     """Where ``word`` (as written; several words joined by spaces for one token, of which the
-    first is enough) ends in ``text`` after ``start``; -1 if absent."""
+    first is enough) ends in ``text`` after ``start``; -1 if absent (or blank)."""
+    if not word.strip():
+        return -1
     for part in (word, word.split()[0]) if " " in word else (word,):
         if (at := text.find(part, start)) >= 0:
             return at + len(part)

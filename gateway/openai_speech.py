@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Mapping
 
@@ -34,6 +33,7 @@ from . import batch
 from .config import Settings
 from .engines.base import Engine
 from .errors import BadRequest
+from .jsonbody import decode_object
 from .openai_stream import stream_audio, stream_sse, usage
 from .options import StreamOptions, check_bitrate, check_sample_rate, parse_bool, parse_options
 from .speakable import speakable
@@ -163,10 +163,7 @@ def _payloads(req: SpeechRequest, gw: Gateway) -> AsyncIterator[bytes]:
 
 async def speech(request: web.Request) -> web.StreamResponse:
     gw = request.app[GATEWAY]
-    try:
-        body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise BadRequest("the body must be a JSON object", code="invalid_json") from None
+    body = decode_object(await request.read())
     await gw.wait_ready()  # voices are known once the engine has loaded
     req = parse_speech(body, gw.settings, gw.engine)
     headers = {"Content-Type": req.content_type, "X-Speed-Applied": f"{req.options.speed:g}",

@@ -10,6 +10,7 @@ its own error shape; engines take what passes as given.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -65,11 +66,11 @@ def _text_field(raw: Mapping[str, Any], name: str, limit: int) -> str:
 def _number(raw: Mapping[str, Any], name: str, default: float) -> float:
     value = raw.get(name, default)
     try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise BadRequest(f"{name} must be a number, got {value!r}", code="invalid_option") from None
-    if number != number:  # NaN
-        raise BadRequest(f"{name} must be a number, got NaN", code="invalid_option")
+        number = math.nan if isinstance(value, bool) else float(value)  # JSON true is not 1
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int past a float's range
+        number = math.nan
+    if number != number:  # not a number, or NaN
+        raise BadRequest(f"{name} must be a number, got {value!r:.80}", code="invalid_option")
     return number
 
 
@@ -181,13 +182,13 @@ def check_sample_rate(raw: Mapping[str, Any], fmt: str, engine_rate: int) -> int
 def check_bitrate(raw: Mapping[str, Any], fmt: str, sample_rate: int, default: int) -> int:
     """``bitrate`` (kbps). MP3's depend on the rate (MPEG-1 above 24 kHz, MPEG-2.5 at 8 kHz);
     the other formats take MPEG-2's list, as they always have."""
-    bitrate = int(_number(raw, "bitrate", default))
+    bitrate = _number(raw, "bitrate", default)
     allowed = mp3_bitrates(sample_rate) if fmt == "mp3" else MP3_BITRATES
-    if bitrate not in allowed:
+    if bitrate not in allowed:  # 64.0 is 64; 64.9 and inf are not bitrates
         at = f" at {sample_rate} Hz" if fmt == "mp3" else ""
-        raise BadRequest(f"bitrate{at} must be one of {', '.join(map(str, allowed))} kbps, got {bitrate}",
+        raise BadRequest(f"bitrate{at} must be one of {', '.join(map(str, allowed))} kbps, got {bitrate:g}",
                          code="invalid_option")
-    return bitrate
+    return int(bitrate)
 
 
 def _buffered(raw: Mapping[str, Any]) -> float:

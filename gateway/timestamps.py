@@ -82,7 +82,7 @@ def words_event(event: Mapping[str, Any], rate: int, who: str = "the container")
     end_ms}]}``) as ``WordTimes``; None for other events, and for a malformed one (logged)."""
     try:
         return WordTimes.from_ms(event["words"], rate) if event.get("type") == "words" else None
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:  # Overflow: a time of Infinity
         log.warning("%s sent a malformed words event (%s): %.200r", who, exc, event)
         return None
 

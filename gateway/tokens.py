@@ -18,7 +18,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import json
 import secrets
 import time
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from .errors import BadRequest, Forbidden, Unauthorized
+from .jsonbody import decode_object
 from .state import GATEWAY
 
 VERSION = "v1"
@@ -118,10 +118,7 @@ async def handle_mint(request: web.Request) -> web.Response:
         raise BadRequest("browser tokens need auth_token set on the server (without it every route is open)",
                          code="auth_disabled")
     raw = await request.read()
-    try:
-        body = json.loads(raw) if raw.strip() else {}
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise BadRequest("the body must be a JSON object", code="invalid_json") from None
+    body = decode_object(raw) if raw.strip() else {}
     ttl_s, scope = parse_request(body)
     token, expires_at = mint(derive_key(settings.auth_token), ttl_s=ttl_s, scope=scope)
     return web.json_response({"token": token, "expires_at": expires_at, "expires_in": int(ttl_s),

@@ -98,8 +98,12 @@ OPENAI_VOICES = {
 }
 
 MAX_BLEND_PARTS = 8
-# a weight as ``Blend.id`` writes it (``:g``: 5e-05 for tiny ones) or a person does (0.5, .5, 2)
-_PART = re.compile(r"^\s*([^()\s]+)\s*(?:\(\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*\))?\s*$")
+# a weight as ``Blend.id`` writes it (``:g``: 5e-05 for tiny ones) or a person does (0.5, .5, 2),
+# matched against the stripped part. No two pieces of the pattern can take the same characters,
+# so a match is linear in the part's length: ``^\s*(name)\s*(?:...)?\s*$`` with the number as
+# ``[0-9]*\.?[0-9]+`` backtracked over runs of spaces or digits, and one 1 MiB body with such a
+# voice held the event loop for hours.
+_PART = re.compile(r"([^()\s]+)(?:\s*\(\s*((?:[0-9]+(?:\.[0-9]+)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)\s*\))?")
 
 
 def language_of(voice_id: str) -> str:
@@ -157,7 +161,7 @@ def parse_blend(spec: str, known: frozenset[str] | set[str]) -> Blend | None:
                          code="invalid_option")
     weights: dict[str, float] = {}
     for part in raw:
-        match = _PART.match(part)
+        match = _PART.fullmatch(part.strip())
         if match is None:
             raise BadRequest(f"blend part {part.strip()!r} is not `voice` or `voice(weight)`, as "
                              "in af_bella(2)+af_sky(1)", code="invalid_option")

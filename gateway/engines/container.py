@@ -123,7 +123,7 @@ def container_event(data: str | bytes, sample_rate: int, who: str = "the contain
     ``type`` is ``done`` at the segment's end."""
     try:
         event = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, nested too deep, an integer too long
         event = None
     if not isinstance(event, dict):
         raise EngineError(f"{who} sent a malformed event: {data[:80]!r}")

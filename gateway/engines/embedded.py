@@ -25,6 +25,8 @@ import numpy as np
 from .. import voicecatalog
 from ..config import Settings, section
 from ..errors import BadRequest, EngineError, NotReady
+from ..floatgraph import check_precision
+from ..floatgraph.runtime import check_provider
 from ..g2p import ROUTES
 from ..kokoro_parts import (
     MAX_TOKENS, SAMPLE_RATE, Rendered, describe_voices, load_voice_packs, split_phonemes, to_pcm16, trim_silence,
@@ -54,8 +56,12 @@ class EmbeddedSettings:
     vocoder: str  # frozen-first, frozen, exact, or off
     vocoder_cache: str
     vocoder_exact_below_s: float
+    precision: str  # int8 (as shipped), fp32 or fp16: gateway.floatgraph
+    provider: str  # cpu or cuda (onnxruntime-gpu)
 
     def check(self) -> None:
+        check_precision(self.precision)
+        check_provider(self.provider)  # one line at construction, not a CPU fallback
         if self.workers < 1 or self.threads < 1:
             raise ValueError("embedded_workers and embedded_threads must be at least 1")
         if self.g2p not in ROUTES:
@@ -129,7 +135,7 @@ class EmbeddedEngine(EngineBase):
             return
         o = self.options
         try:
-            model = await asyncio.to_thread(KokoroModel, o.threads, o.g2p, self.packs)
+            model = await asyncio.to_thread(KokoroModel, o.threads, o.g2p, self.packs, o.precision, o.provider)
         except EngineError:
             raise
         except Exception as exc:  # import, hash or G2P failure: not recoverable by retrying

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from ..floatgraph import graph_bytes
 from ..vocoder import Policy, StreamingVocoder, default_cache_dir
 from ..vocoder.calibrate import Stopped
 from ..vocoder.chunked import FRAME_S
@@ -105,12 +106,15 @@ class VocoderHost:
 
     def _build(self, model: KokoroModel, voice: str) -> None:
         t0 = time.perf_counter()
+        # the graph the engine runs (int8 as shipped, or a float one), cut by the same names
+        graph, sha256 = graph_bytes(model.precision, load_model_bytes, shipped_sha256())
         vocoder = StreamingVocoder.build(
-            load_model_bytes(), {voice: model.style(voice)}, threads=self.threads,
+            graph, {voice: model.style(voice)}, threads=self.threads,
             vocab=model.vocab, stop=self._stop, policy=Policy(exact_below=round(self.exact_below_s / FRAME_S)),
-            sha256=shipped_sha256(),  # load_model_bytes() checked the bytes against it
-            cache_dir=self.cache_dir or default_cache_dir(),
+            sha256=sha256,  # graph_bytes() checked the bytes against it
+            cache_dir=self.cache_dir or default_cache_dir(), provider=model.provider,
         )
+        del graph
         self.build_s = round(time.perf_counter() - t0, 2)
         if self._model is model:  # not closed meanwhile
             self.vocoder, self.state = vocoder, "ready"

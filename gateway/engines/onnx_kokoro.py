@@ -77,19 +77,18 @@ def _mix(parts: list[tuple[np.ndarray, float]]) -> np.ndarray:
 class KokoroModel:
     """The loaded session, vocab, voice packs and G2P; every method here blocks."""
 
-    def __init__(self, threads: int, g2p_route: str, voices: VoicePacks) -> None:
-        import onnxruntime as ort
-
+    def __init__(self, threads: int, g2p_route: str, voices: VoicePacks, precision: str = "int8",
+                 provider: str = "cpu") -> None:
+        from ..floatgraph import graph_bytes
+        from ..floatgraph.runtime import make_session
         from ..g2p import Phonemizer
 
         t0 = time.perf_counter()
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = 1
-        opts.log_severity_level = 3  # errors reach the caller as exceptions; don't also print them
-        self.session = ort.InferenceSession(
-            with_durations(load_model_bytes()), sess_options=opts, providers=["CPUExecutionProvider"]
-        )
+        # int8 as shipped, or a float graph made from it (gateway.floatgraph), on CPU or CUDA
+        self.precision, self.provider = precision, provider
+        model, self.sha256 = graph_bytes(precision, load_model_bytes, shipped_sha256())
+        self.session = make_session(with_durations(model), threads, provider)
+        del model
         self.vocab = load_vocab()
         self.styles = voices.packs  # voice id -> [510, 1, 256]
         self._blends = Blends(voices.packs, _mix)

@@ -18,6 +18,7 @@ from aiohttp import web
 from aiohttp_sse import EventSourceResponse, sse_response
 
 from ..errors import BadRequest, SlowClient
+from ..jsonbody import decode_object
 from ..security import check_origin
 from ..slowclient import cut_off, send_limits
 from ..state import GATEWAY, Gateway
@@ -39,13 +40,7 @@ class CountingEventSource(EventSourceResponse):
 async def _request_fields(request: web.Request) -> dict[str, Any]:
     fields: dict[str, Any] = dict(request.query)
     if request.method == "POST":
-        try:
-            body = await request.json(loads=json.loads)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise BadRequest("the body must be a JSON object", code="invalid_json") from None
-        if not isinstance(body, dict):
-            raise BadRequest("the body must be a JSON object", code="invalid_json")
-        fields.update(body)
+        fields.update(decode_object(await request.read()))
     return fields
 
 

@@ -56,7 +56,7 @@ class WsChannel(Channel):
         self.ws, self.request = ws, request
         self.query = dict(request.query)
         self.writer: asyncio.Task[None] | None = None
-        self.msgpack = self.query.get("envelope", "json") == "msgpack"
+        self.msgpack = self.query.get("envelope", "json").lower() == "msgpack"  # as parse_options reads it
         self.lock = asyncio.Lock()
         self.limiter = RateLimiter(gw.settings.ws_messages_per_s, gw.settings.ws_burst)
         self.text_chars = 0  # text received in the current reply

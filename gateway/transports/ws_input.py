@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from typing import Any, Callable, Iterator
 
 from aiohttp import WSCloseCode
 
 from ..config import Settings
 from ..errors import BadRequest, GatewayError, PayloadTooLarge
+from ..jsonbody import decode_object
 
 CLIENT_TYPES = ("start", "text", "prompt", "flush", "end", "cancel", "ping")
 
@@ -86,14 +86,8 @@ class IdleClock:
 
 
 def parse_message(data: str) -> dict[str, Any]:
-    """A text frame as a JSON object; ``BadRequest`` ``invalid_json`` if it is not one."""
-    try:
-        msg = json.loads(data)
-    except json.JSONDecodeError:
-        raise BadRequest("messages must be JSON objects", code="invalid_json") from None
-    if not isinstance(msg, dict):
-        raise BadRequest("messages must be JSON objects", code="invalid_json")
-    return msg
+    """A text frame as a JSON object; ``invalid_json`` (the session goes on) if it is not one."""
+    return decode_object(data, "messages must be JSON objects")
 
 
 def validate_message(msg: dict[str, Any], settings: Settings) -> str:

@@ -40,14 +40,10 @@ class BuildReport:
         return self.split_s + self.sessions_s + self.calibrate_s + self.warmup_s
 
 
-def _session(model: bytes, threads: int) -> Any:
-    import onnxruntime as ort
+def _session(model: bytes, threads: int, provider: str = "cpu") -> Any:
+    from ..floatgraph.runtime import make_session
 
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    opts.log_severity_level = 3
-    return ort.InferenceSession(model, sess_options=opts, providers=["CPUExecutionProvider"])
+    return make_session(model, threads, provider)
 
 
 class StreamingVocoder:
@@ -73,7 +69,7 @@ class StreamingVocoder:
     def build(cls, model_bytes: bytes, voices: Mapping[str, np.ndarray], *, threads: int = 2,
               cache_dir: Path | None = None, vocab: Mapping[str, int] | None = None,
               policy: Policy = Policy(), calibration: Sequence[str] = calibrate.SENTENCES,
-              stop: threading.Event | None = None, sha256: str | None = None,
+              stop: threading.Event | None = None, sha256: str | None = None, provider: str = "cpu",
               ) -> "StreamingVocoder":
         """Split ``model_bytes`` (the whole Kokoro ONNX model), make sessions, get statistics.
 
@@ -83,6 +79,7 @@ class StreamingVocoder:
         ``calibration`` sentences (Kokoro phonemes). ``stop`` becomes the vocoder's ``stop``:
         set, it ends the build's calibration with ``calibrate.Stopped``. ``sha256``: the
         model's hash when the caller has checked it already (else it is computed here).
+        ``provider``: ``cpu`` or ``cuda`` (``gateway.floatgraph.runtime``).
         """
         import onnx
 
@@ -93,9 +90,9 @@ class StreamingVocoder:
         t0 = time.perf_counter()
         parts = split(onnx.load_from_string(model_bytes))
         t1 = time.perf_counter()
-        encoder = _session(parts.encoder.SerializeToString(), threads)
-        exact = _session(parts.probe.SerializeToString(), threads)  # also the exact vocoder
-        frozen = _session(parts.frozen.SerializeToString(), threads)
+        encoder = _session(parts.encoder.SerializeToString(), threads, provider)
+        exact = _session(parts.probe.SerializeToString(), threads, provider)  # also the exact vocoder
+        frozen = _session(parts.frozen.SerializeToString(), threads, provider)
         t2 = time.perf_counter()
         self = cls(encoder, exact, frozen, {}, parts.statistics, policy)
         self._digest, self._cache_dir = calibrate.model_digest(model_bytes, sha256), cache_dir
