@@ -83,7 +83,9 @@ def build_gateway(settings: Settings, engine: Engine, *, admit: bool = True) -> 
     container: its pooled sockets live across replies, and SageMaker routes the load)."""
     metrics = Metrics()
     max_active = settings.max_active_sessions or engine.max_concurrency * 4
-    hub = SynthesisHub(engine, cache_mb=settings.cache_mb, timeout_s=settings.synth_timeout_s, metrics=metrics)
+    hub = SynthesisHub(engine, cache_mb=settings.cache_mb, timeout_s=settings.synth_timeout_s, metrics=metrics,
+                       settings=settings)
+    hub.budget.enabled = admit
     return Gateway(
         hub=hub,
         settings=settings,

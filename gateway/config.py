@@ -92,6 +92,7 @@ class Settings:
     fake_hang: bool = False
     fake_chunk_ms: int = 200
     fake_pause_ms: float = 0.0  # silence after the first word of each segment (shows in word times)
+    fake_workers: int = 0  # calls computed at once, the rest wait (a shared engine); 0 = no limit
     # a segment holding this word waits, before its audio, until the file fake_gate_path exists:
     # lets a test see audio arrive while a later segment is still being synthesized
     fake_gate_word: str = ""
@@ -115,6 +116,10 @@ class Settings:
     max_active_sessions: int = 0  # 0: the engine's own max_concurrency x 4
     max_queued_sessions: int = 16  # beyond active + queued: 503 + Retry-After / error + close 1013
     queue_timeout_s: float = 10.0  # a queued session that waits longer is refused the same way
+    # the real-time budget (gateway/budget.py): a new listener whose forecast start, with the engine
+    # work of every admitted listener, passes this (and what it would need on an idle engine), or
+    # that would make an admitted listener stall, waits in the queue (ready.queued_ms) or is refused
+    max_start_s: float = 3.0
 
     # reliability and security
     auth_token: str = ""  # when set, every /v1 route needs `Authorization: Bearer <token>` (or a browser token)

@@ -6,6 +6,8 @@ cannot go on, a close code.
 """
 from __future__ import annotations
 
+from typing import Any
+
 
 # The codes of request faults (400s); an upstream gateway (a model container, SageMaker) that
 # answers one of these is passing on the client's fault, not failing itself.
@@ -64,6 +66,9 @@ class Overloaded(GatewayError):
     def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "retry_after": max(1, round(self.retry_after))}  # as Retry-After
 
 
 class TooManySessions(GatewayError):

@@ -20,6 +20,7 @@ async def readyz(request: web.Request) -> web.Response:
     if gw.load_error:
         body["error"] = gw.load_error
     body["speed"] = gw.hub.speed.snapshot()  # the engine's live RTF per vocoder mode
+    body["budget"] = gw.hub.budget.snapshot()  # load in engine-seconds per second, queue
     body["cache"] = {"segments": len(gw.hub.cache), "bytes": gw.hub.cache_bytes,
                      "limit_bytes": gw.hub.cache_limit, "in_flight": len(gw.hub.flights)}
     if (vocoder := getattr(gw.engine, "vocoder_status", None)) is not None:
@@ -31,6 +32,9 @@ async def readyz(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     gw = request.app[GATEWAY]
+    budget = gw.hub.budget
+    gw.metrics.load.set(budget.load())
+    gw.metrics.backlog.set(budget.backlog_s())
     return web.Response(body=gw.metrics.render(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
 

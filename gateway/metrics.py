@@ -60,6 +60,11 @@ class Metrics:
                                            ["backend"], buckets=TTFB_BUCKETS, registry=r)
         self.queued = Gauge("tts_engine_queued", "Sessions waiting for the engine", registry=r,
                             multiprocess_mode=total)
+        self.load = Gauge("tts_engine_load", "Engine-seconds per second the admitted listeners need while "
+                          "they play (live speed x safety, over the engine's slots); 1 = fully booked",
+                          registry=r, multiprocess_mode=each)
+        self.backlog = Gauge("tts_engine_backlog_seconds", "Forecast engine work queued for the admitted "
+                             "listeners", registry=r, multiprocess_mode=each)
         # leak detectors for the soak benchmark: both must return to their idle level
         self.tasks = Gauge("tts_asyncio_tasks", "asyncio tasks alive in the gateway's loop", registry=r,
                            multiprocess_mode=each)

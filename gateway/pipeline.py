@@ -40,10 +40,12 @@ from typing import Any, Callable
 
 from .audio.encoders import Encoder
 from .audio.resample import reply_encoder
+from .budget import Verdict
 from .config import Settings
 from .errors import GatewayError, NothingToSpeak
 from .heard import Transcript
 from .listener import Listener
+from .membership import BudgetMember
 from .options import StreamOptions
 from .payloads import Packetizer
 from .segmenter import Segmenter
@@ -76,7 +78,7 @@ def error_event(exc: BaseException) -> Event:
     return Event("error", {"code": "internal_error", "message": "synthesis failed"}, cause=exc)
 
 
-class Pipeline:
+class Pipeline(BudgetMember):
     """One reply. ``feed``/``flush``/``end`` put text in; its events come out of ``out``."""
 
     def __init__(self, hub: SynthesisHub, settings: Settings, options: StreamOptions,
@@ -87,7 +89,11 @@ class Pipeline:
         self.sample_rate = hub.engine.sample_rate
         self.segmenter = Segmenter(first_clause_words=s.first_clause_words if o.first_clause else 0,
                                    max_chars=s.max_segment_chars)
-        self.listener = Listener(hub.speed, s, o, requested=requested, sample_rate=self.sample_rate, live=live)
+        self.listener = Listener(hub.speed, s, o, requested=requested, sample_rate=self.sample_rate, live=live,
+                                 budget=hub.budget if live else None)
+        self.verdict: Verdict | None = None  # the real-time budget's, for a reply that opens a session
+        self.current: str | None = None  # the segment being synthesized
+        self.planned: list[float] = []  # audio (s) per segment the budget admitted it for
         self.texts: asyncio.Queue[str | None] = asyncio.Queue()
         self.pending: collections.deque[str] = collections.deque()  # in `texts`, for the forecast
         self.ready: asyncio.Queue[SegmentQueue | None] = asyncio.Queue(maxsize=max(1, s.lookahead))
@@ -148,12 +154,17 @@ class Pipeline:
         try:
             index = 0
             while (text := await self.texts.get()) is not None:
+                if index == 0:
+                    await self.enter_budget()
                 segment = SegmentQueue()
                 await self.ready.put(segment)  # waits while `lookahead` segments are queued
                 await self.listener.wait(self.pending)
                 self.pending.popleft()
+                self.current, self.listener.segment_samples = text, 0
                 await self._synthesize(segment, index, text)
-                segment, index = None, index + 1
+                self.current, segment, index = None, None, index + 1
+            self.hub.budget.remove(self)  # nothing more for the engine
+            self.listener.learn()
             await self.ready.put(None)
         except asyncio.CancelledError:
             raise
@@ -166,11 +177,12 @@ class Pipeline:
     async def _synthesize(self, segment: SegmentQueue, index: int, text: str) -> None:
         o, listener = self.options, self.listener
         mode = listener.mode_for(text)
+        preroll = listener.preroll_ms(self._forecast_texts(text), mode, complete=index == 0 and self.ended)
         segment.put_nowait(Event("sentence", {"index": index, "text": text, "t_ms": self.elapsed_ms(),
-                                              "preroll_ms": listener.preroll_ms(self._forecast_texts(text), mode)}))
+                                              "preroll_ms": preroll}))
         synth = self.hub.synthesize(text, voice=o.voice, speed=o.speed, mode=mode,
                                     key_mode=listener.requested or "", buffered_s=listener.buffered_s(),
-                                    share=o.cache)
+                                    share=o.cache, slot=(listener.deadline(), listener))
         made = 0
         async with contextlib.aclosing(synth) as chunks:
             async for pcm in chunks:
@@ -262,19 +274,14 @@ class Pipeline:
 
     def _done_fields(self) -> dict[str, Any]:
         st = self.stats
-        return {
-            "sentences": st["sentences"],
-            "audio_ms": round(self.listener.samples / self.sample_rate * 1000, 1),
-            "audio_bytes": st["audio_bytes"],
-            "payloads": st["payloads"],
-            "ttfb_ms": self.ttfb_ms,
-            "first_segment_ms": self.first_segment_ms,
-            "total_ms": self.elapsed_ms(),
-        }
+        return {"sentences": st["sentences"], "audio_ms": round(self.listener.samples / self.sample_rate * 1000, 1),
+                "audio_bytes": st["audio_bytes"], "payloads": st["payloads"], "ttfb_ms": self.ttfb_ms,
+                "first_segment_ms": self.first_segment_ms, "total_ms": self.elapsed_ms()}
 
     async def stop(self, *, but: asyncio.Task[Any] | None = None) -> None:
         """Stop every stage (the hub stops an engine call nobody else follows); ``but``: a
         task of the pipeline's that stops the others and goes on (an agent turn that failed)."""
+        self.hub.budget.remove(self)
         tasks = [task for task in self.tasks if task is not but]
         for task in tasks:
             task.cancel()

@@ -15,10 +15,15 @@ the text known now: a language model's reply can still outrun it, which is why e
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import Iterable, Protocol, Sequence
 
-if TYPE_CHECKING:
-    from .speed import LiveSpeed
+
+class Speed(Protocol):  # what ``speed.LiveSpeed`` offers a forecast (no import: it imports this module's users)
+    def audio_s(self, text: str, speed: float = 1.0) -> float: ...
+
+    def predict(self, mode: str | None, audio_s: float) -> float: ...
+
+    def first_fraction(self, mode: str | None) -> float: ...
 
 PIECE_S = 0.25  # a streamed segment is modelled as pieces of this much audio
 
@@ -56,7 +61,12 @@ def preroll_s(segments: Sequence[Forecast], held_s: float = 0.0, safety: float =
     ``held_s``: audio the player has now and has not played (placed before the segments).
     0.0 when the forecast says audio keeps ahead from the first piece on.
     """
-    pieces = arrivals(segments, safety)
+    return preroll_from(arrivals(segments, safety), held_s)
+
+
+def preroll_from(pieces: Sequence[tuple[float, float, float]], held_s: float = 0.0) -> float:
+    """The preroll for pieces (arrival, audio, playback position), in arrival order: what the
+    player holds at the earliest start every piece arrives in time for."""
     if not pieces:
         return 0.0
     # the earliest start that every piece arrives in time for
@@ -75,7 +85,18 @@ def preroll_s(segments: Sequence[Forecast], held_s: float = 0.0, safety: float =
     return held
 
 
-def forecast(texts: Sequence[str], modes: Sequence[str | None], speed: "LiveSpeed",
+def oracle_start(arrivals: Iterable[tuple[float, float]]) -> float:
+    """The earliest start that plays ``arrivals`` (time, audio s), in playback order, without
+    a stall: the latest of each payload's arrival minus the audio before it. What a player
+    would have needed, known only afterwards: the yardstick for starts and for the margins."""
+    start, before = 0.0, 0.0
+    for t, audio in arrivals:
+        start = max(start, t - before)
+        before += audio
+    return start
+
+
+def forecast(texts: Sequence[str], modes: Sequence[str | None], speed: Speed,
              rate: float = 1.0) -> list[Forecast]:
     """Forecasts for ``texts``, each made in its mode of ``modes``, at ``speed``; ``rate`` is
     the speaking rate asked for (``speed`` option)."""

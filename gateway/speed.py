@@ -8,14 +8,19 @@ first audio came; recent calls weigh most (each call counts ``forget`` times les
 next one).
 
 Per vocoder mode, because an engine that streams inside a segment pays for it in compute.
-The wall time includes waiting for the engine behind other sessions: that is the speed a
-session really gets, which is what a schedule needs.
+The wall time counts from the moment the call has one of the engine's slots (``scheduler.py``):
+waiting behind other sessions is the budget's to forecast, not the engine's speed.
+
+The margin forecasts are stretched by is learned from what replies' arrivals needed
+(``margins.py``), per mode, once a few replies were seen; before that it follows the calls'
+overruns.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from .margins import Margins
 from .vocoder.pacing import CostModel
 
 DEFAULT = "default"  # the key of engines without vocoder modes (and of an unnamed mode)
@@ -47,6 +52,7 @@ class LiveSpeed:
         # until calls say otherwise, assume they overrun by PRIOR_OVERRUN (one pseudo-call):
         # the first reply after start-up is the one whose player cannot be corrected in time
         self._overrun = [1.0, PRIOR_OVERRUN ** 2]  # weight, sum of squares
+        self.margins = Margins()
 
     def observe(self, mode: str | None, audio_s: float, wall_s: float, first_s: float,
                 *, chars: int = 0, speed: float = 1.0) -> None:
@@ -92,10 +98,17 @@ class LiveSpeed:
         w, sq = self._overrun
         return (sq / w) ** 0.5 if w > 0 else 0.0
 
-    def safety(self, floor: float) -> float:
-        """The factor to stretch forecasts by: ``floor`` on a steady machine, more when calls
-        have been running over their forecast (a player's buffer that follows the engine,
-        as WebRTC's jitter buffer follows the network), at most 2."""
+    def safety(self, floor: float, mode: str | None = None) -> float:
+        """The factor to stretch forecasts by: what replies' arrivals needed (``margins``) once
+        learned for ``mode`` (None: the largest learned); until then ``floor`` on a steady
+        machine, more when calls have been running over their forecast (a player's buffer that
+        follows the engine, as WebRTC's jitter buffer follows the network), at most 2."""
+        if mode is not None:
+            factor = self.margins.factor(mode)
+        else:
+            factor = max(self.margins.snapshot().values(), default=None)
+        if factor is not None:
+            return factor
         return min(2.0, max(floor, 1.0 + 2.0 * self.overrun()))
 
     def first_fraction(self, mode: str | None) -> float:
@@ -116,4 +129,6 @@ class LiveSpeed:
                                for name, m in self._modes.items() if m.audio > 0}
         if out:
             out["overrun"] = round(self.overrun(), 3)
+        if margins := self.margins.snapshot():
+            out["margins"] = margins  # the learned stretch per mode
         return out

@@ -17,6 +17,7 @@ import uuid
 from typing import Any, AsyncIterator
 
 from .agent import AGENT_CODES, Agent, AgentError, Conversation, Turn
+from .budget import ADMIT, planned
 from .config import Settings
 from .engines.base import Engine
 from .errors import BadRequest
@@ -67,10 +68,27 @@ class StreamSession:
     def _pipeline(self) -> Pipeline:
         return Pipeline(self.hub, self.settings, self.options, self.out, requested=self.requested_vocoder())
 
+    def _texts(self) -> list[str]:
+        o, s = self.options, self.settings
+        return split_text(o.text, first_clause_words=s.first_clause_words if o.first_clause else 0,
+                          max_chars=s.max_segment_chars) if o.text.strip() else []
+
+    def admit(self) -> None:
+        """The engine's real-time budget on this session (``budget.py``): admitted now, queued
+        (``ready.queued_ms``), or ``Overloaded`` with the forecast wait as its ``retry_after``."""
+        audio = planned([self.hub.speed.audio_s(t, self.options.speed) for t in self._texts()])
+        self.pipeline.admitted(self.hub.budget.admit(audio, self.requested_vocoder()), audio)
+
     def ready_fields(self) -> dict[str, Any]:
         o, s = self.options, self.settings
-        texts = split_text(o.text, first_clause_words=s.first_clause_words if o.first_clause else 0,
-                           max_chars=s.max_segment_chars) if o.text.strip() else []
+        texts = self._texts()
+        listener = self.pipeline.listener
+        shared = listener.shared_preroll_s(texts) if texts else None
+        if shared is not None:
+            preroll = round(1000 * shared)
+        else:
+            preroll = preroll_ms(self.hub.speed, s, o.speed, texts, 0.0, [self.requested_vocoder()] * len(texts))
+        listener.preroll_told_s = preroll / 1000
         return {
             "session": self.id,
             "format": o.format,
@@ -81,7 +99,8 @@ class StreamSession:
             "chunking": o.chunking,
             "engine": self.engine.name,
             "vocoder": o.vocoder or self.default_vocoder(),
-            "preroll_ms": preroll_ms(self.hub.speed, s, o.speed, texts, 0.0, [self.requested_vocoder()] * len(texts)),
+            "preroll_ms": preroll,
+            **(self.pipeline.verdict or ADMIT).to_fields(),  # queued_ms: the forecast wait
             "cache": o.cache,
             "agent": self.agent.label if self.agent is not None else None,
         }

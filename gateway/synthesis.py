@@ -13,6 +13,10 @@ Finished segments go into a bounded LRU cache of PCM (``cache_mb``), so the gree
 confirmations an agent repeats all day are served at once. A request with ``cache: false``
 neither reads nor fills the cache nor joins a flight: a synthesis of its own.
 
+A flight's engine call waits for one of the engine's slots in deadline order (``scheduler.py``:
+the listener whose buffer runs dry first goes first); the speed is measured from the moment
+it has one. ``budget`` holds the admitted listeners and forecasts what the engine can take.
+
 Every flight reports its speed to ``LiveSpeed``, and has one watchdog timer (re-armed only
 when it fires early), not one per chunk.
 
@@ -29,9 +33,12 @@ import time
 from collections import OrderedDict
 from typing import AsyncIterator
 
+from .budget import Budget
+from .config import Settings
 from .engines.base import Engine
 from .errors import EngineTimeout
 from .metrics import Metrics
+from .scheduler import EngineScheduler
 from .speed import LiveSpeed
 from .timestamps import WordTimes
 
@@ -45,7 +52,7 @@ class Flight:
     """One engine call: its chunks so far, its end (or error), and who follows it."""
 
     def __init__(self, hub: "SynthesisHub", key: Key | None, text: str, voice: str, speed: float,
-                 mode: str | None, buffered_s: float) -> None:
+                 mode: str | None, buffered_s: float, slot: tuple[float, object | None] | None = None) -> None:
         self.hub, self.key = hub, key
         self.chunks: list[Item] = []
         self.samples = 0
@@ -55,7 +62,21 @@ class Flight:
         self._loop = asyncio.get_running_loop()
         self._progress = self._loop.time()
         self._watchdog: asyncio.TimerHandle | None = None
-        self.task = asyncio.create_task(self._run(text, voice, speed, mode, buffered_s))
+        deadline, owner = slot if slot is not None else (time.perf_counter(), None)
+        work = hub.speed.predict(mode, hub.speed.audio_s(text, speed))
+        self.task = asyncio.create_task(self._scheduled(text, voice, speed, mode, buffered_s, deadline, work, owner))
+
+    async def _scheduled(self, text: str, voice: str, speed: float, mode: str | None, buffered_s: float,
+                         deadline: float, work: float, owner: object | None) -> None:
+        try:
+            async with self.hub.scheduler.slot(deadline, work, owner):
+                self._progress = self._loop.time()  # the watchdog counts from the engine's start
+                await self._run(text, voice, speed, mode, buffered_s)
+        finally:
+            self.done = True
+            self.hub.forget(self)
+            self._wake()
+            self.hub.budget.changed()
 
     async def _run(self, text: str, voice: str, speed: float, mode: str | None, buffered_s: float) -> None:
         hub = self.hub
@@ -173,9 +194,12 @@ class SynthesisHub:
     """The one place that calls the engine for streaming sessions: flights, cache, speed."""
 
     def __init__(self, engine: Engine, *, cache_mb: float = 0.0, timeout_s: float = 30.0,
-                 metrics: Metrics | None = None, speed: LiveSpeed | None = None) -> None:
+                 metrics: Metrics | None = None, speed: LiveSpeed | None = None,
+                 settings: Settings | None = None) -> None:
         self.engine, self.metrics, self.timeout_s = engine, metrics, timeout_s
         self.speed = speed or LiveSpeed()
+        self.scheduler = EngineScheduler(engine.max_concurrency)
+        self.budget = Budget(self.speed, self.scheduler, settings or Settings())
         self.cache_limit = int(cache_mb * 1024 * 1024)
         self.cache: OrderedDict[Key, tuple[bytes, tuple[WordTimes, ...]]] = OrderedDict()
         self.cache_bytes = 0
@@ -183,12 +207,13 @@ class SynthesisHub:
 
     def synthesize(self, text: str, *, voice: str, speed: float, mode: str | None = None,
                    key_mode: str | None = None, buffered_s: float = 0.0,
-                   share: bool = True) -> AsyncIterator[Item]:
+                   share: bool = True, slot: tuple[float, object | None] | None = None) -> AsyncIterator[Item]:
         """PCM chunks for ``text`` (and ``WordTimes`` before them, where the engine gives them).
         ``mode`` goes to the engine; ``key_mode`` (default ``mode``) is the mode the request
-        asked for, which identical requests share on."""
+        asked for, which identical requests share on. ``slot``: (deadline, listener) for the
+        engine's queue (default: due now, nobody's)."""
         if not share:
-            return Flight(self, None, text, voice, speed, mode, buffered_s).follow()
+            return Flight(self, None, text, voice, speed, mode, buffered_s, slot).follow()
         key: Key = (voice, round(speed, 3), key_mode if key_mode is not None else (mode or ""),
                     " ".join(text.split()))
         if (entry := self.cache.get(key)) is not None:
@@ -199,7 +224,7 @@ class SynthesisHub:
             self._count("join")
             return flight.follow()
         self._count("miss")
-        flight = Flight(self, key, text, voice, speed, mode, buffered_s)
+        flight = Flight(self, key, text, voice, speed, mode, buffered_s, slot)
         self.flights[key] = flight
         return flight.follow()
 

@@ -276,3 +276,21 @@ async def test_timestamp_measurement_fails_when_the_times_move() -> None:
     scores = await asyncio.to_thread(ts_bench.score, clip, shifts=(0, -250, 250))
     recall = {s: scores[s]["recall"] for s in scores}
     assert recall[-250] < recall[0] and recall[250] < recall[0], recall
+
+
+def test_listeners_bench_on_fake(tmp_path: Path) -> None:
+    from bench import listeners as listeners_bench
+    from gateway.engines.fake import fake_duration_s
+
+    argv = ["--engines", "fake", "--rtfs", "0.1", "--max-n", "2", "--out", str(tmp_path)]
+    assert listeners_bench.main(argv) == 0
+    out = load(tmp_path / "listeners.json")
+    (engine,) = out["engines"]
+    assert engine["engine"] == "fake rtf 0.1" and [r["n"] for r in engine["per_n"]] == [1, 2]
+    assert engine["rtf"] == pytest.approx(0.1, rel=0.5) and 1 <= engine["capacity"] <= 2
+    for r in engine["per_n"]:
+        assert r["admitted"] + r["queued"] + r["refused"] + r["errors"] == r["n"] == len(r["listeners"])
+        for k, row in enumerate(r["listeners"]):
+            if row["outcome"] in ("admitted", "queued"):
+                assert row["audio_s"] == pytest.approx(fake_duration_s(listeners_bench.paragraph(k)), abs=0.01)
+                assert row["first_audio_s"] <= row["start_s"] and row["oracle_s"] >= row["first_audio_s"] - 1e-3

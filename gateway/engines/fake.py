@@ -14,6 +14,7 @@ proof of streaming that no timing threshold can give.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import zlib
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ class FakeSettings:
     hang: bool
     chunk_ms: int
     pause_ms: float  # silence after each segment's first word
+    workers: int  # calls computed at once (0: any number, each at ``rtf``)
     gate_word: str  # a segment holding this word waits until ``gate_path`` exists
     gate_path: str
 
@@ -61,6 +63,9 @@ class FakeEngine(EngineBase):
         self.options = section(settings, "fake", FakeSettings)
         self.calls = 0  # segments started: lets capacity tests see work being cancelled
         self.active = 0  # segments in progress right now
+        if self.options.workers > 0:  # one engine shared by every call, like a real model
+            self.max_concurrency = self.options.workers
+        self._workers: asyncio.Semaphore | None = None
         self.declare(voices=(
             Voice("tone_a", "en-US", "neutral", "fake 220-440 Hz tones", default=True),
             Voice("tone_b", "en-US", "neutral", "fake 330-660 Hz tones"),
@@ -101,27 +106,36 @@ class FakeEngine(EngineBase):
         s = self.options
         self.calls += 1
         self.active += 1
+        if s.workers > 0 and self._workers is None:
+            self._workers = asyncio.Semaphore(s.workers)
         try:
-            if s.first_delay_ms:
-                await asyncio.sleep(s.first_delay_ms / 1000)
-            if s.hang:
-                await asyncio.Event().wait()
-            if s.gate_word and s.gate_word in text:
-                while not os.path.exists(s.gate_path):
-                    await asyncio.sleep(0.01)
-            pcm, words = self.render_timed(text, voice, speed)
-            if timestamps and pcm.size:
-                yield words
-            step = max(1, int(self.sample_rate * s.chunk_ms / 1000))
-            loop = asyncio.get_running_loop()
-            t0 = loop.time()
-            for n, start in enumerate(range(0, len(pcm), step)):
-                if 0 <= s.fail_after <= n:
-                    raise EngineError("fake engine failure injected", code="engine_error")
-                chunk = pcm[start:start + step]
-                if s.rtf:  # against the clock, so scheduling delays do not add up
-                    due = t0 + (start + len(chunk)) / self.sample_rate * s.rtf
-                    await asyncio.sleep(max(0.0, due - loop.time()))
-                yield chunk.tobytes()
+            async with self._workers or contextlib.nullcontext():
+                async with contextlib.aclosing(self._compute(text, voice, speed, timestamps)) as items:
+                    async for item in items:
+                        yield item
         finally:
             self.active -= 1
+
+    async def _compute(self, text: str, voice: str, speed: float, timestamps: bool) -> AsyncIterator[bytes | WordTimes]:
+        s = self.options
+        if s.first_delay_ms:
+            await asyncio.sleep(s.first_delay_ms / 1000)
+        if s.hang:
+            await asyncio.Event().wait()
+        if s.gate_word and s.gate_word in text:
+            while not os.path.exists(s.gate_path):
+                await asyncio.sleep(0.01)
+        pcm, words = self.render_timed(text, voice, speed)
+        if timestamps and pcm.size:
+            yield words
+        step = max(1, int(self.sample_rate * s.chunk_ms / 1000))
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        for n, start in enumerate(range(0, len(pcm), step)):
+            if 0 <= s.fail_after <= n:
+                raise EngineError("fake engine failure injected", code="engine_error")
+            chunk = pcm[start:start + step]
+            if s.rtf:  # against the clock, so scheduling delays do not add up
+                due = t0 + (start + len(chunk)) / self.sample_rate * s.rtf
+                await asyncio.sleep(max(0.0, due - loop.time()))
+            yield chunk.tobytes()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator
 
+from ..errors import GatewayError
 from ..options import StreamOptions, parse_options
 from ..state import Gateway
 from ..stream import Event, StreamSession
@@ -58,6 +59,17 @@ class Channel:
     def new_session(self, options: StreamOptions) -> StreamSession:
         gw = self.gw
         return StreamSession(gw.engine, options, gw.settings, agent=gw.agent, metrics=gw.metrics, hub=gw.hub)
+
+    async def admitted_session(self, options: StreamOptions) -> StreamSession:
+        """A new session the engine's real-time budget admits (``ready.queued_ms`` says how long
+        it waits first); ``Overloaded``, with the forecast wait as ``retry_after``, if it cannot."""
+        session = self.new_session(options)
+        try:
+            session.admit()
+        except GatewayError:
+            await session.aclose()
+            raise
+        return session
 
     async def pump(self, session: StreamSession) -> str:
         """Send the session's events until ``done`` or ``error``; return the last one's type."""

@@ -73,7 +73,7 @@ async def handle_sse(request: web.Request) -> web.StreamResponse:
     if not (options.text.strip() or options.prompt.strip()):
         raise BadRequest("give `text` or `prompt`", code="empty_input")
     async with gw.admission.session(request.remote or "?"):  # 503 + Retry-After when full
-        session = channel.new_session(options)
+        session = await channel.admitted_session(options)  # ... or when the engine is booked
         try:
             with channel.counted():
                 async with sse_response(request, response_cls=CountingEventSource, allow_all_methods=True) as resp:

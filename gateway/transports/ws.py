@@ -141,7 +141,7 @@ class WsChannel(Channel):
     async def start_session(self, fields: dict[str, Any], *, whole: bool = False) -> StreamSession:
         """Open the session; its options' ``text`` is spoken at once (``whole``: as the whole
         reply, else as the reply's start), or its ``prompt`` starts the first turn."""
-        session = self.new_session(await self.options_for({**self.query, **fields}))
+        session = await self.admitted_session(await self.options_for({**self.query, **fields}))
         self.msgpack = session.options.envelope == "msgpack"
         session.multi_turn = True  # each `prompt` is a turn; the socket stays open until `end`
         self.session = session

@@ -1,0 +1,111 @@
+"""Earliest deadline first, played out: when each reply's segments would finish on the engine.
+
+The pure part of the real-time budget (``budget.py``): work as ``Stream``s of ``Job``s, the
+engine's slots, and ``edf``, which serves them as the scheduler (``scheduler.py``) will;
+``forecast`` finds the earliest start a new reply can have without making anyone later.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+log = logging.getLogger(__name__)
+
+HORIZON_S = 600.0  # no forecast looks further ahead than this
+SLACK_S = 0.02  # an admitted listener may be this much later than without the newcomer (a payload's jitter)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One segment's engine work: ``work_s`` of compute, needed ``deadline`` s from now."""
+
+    work_s: float
+    deadline: float
+    audio_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Stream:
+    """One reply's remaining segments, in order; the first may start ``release`` s from now
+    (after its own call that is running)."""
+
+    jobs: tuple[Job, ...]
+    release: float = 0.0
+
+
+def edf(streams: Sequence[Stream], free_at: Sequence[float]) -> list[list[float]]:
+    """Finish times (s from now) of every job of ``streams``: non-preemptive earliest deadline
+    first on ``len(free_at)`` slots (each free from its time on), a stream's jobs in order."""
+    free = sorted(free_at) or [0.0]
+    nxt = [0] * len(streams)
+    ready = [s.release for s in streams]
+    done: list[list[float]] = [[] for _ in streams]
+    left = sum(len(s.jobs) for s in streams)
+    while left:
+        t = free[0]
+        cands = [i for i, s in enumerate(streams) if nxt[i] < len(s.jobs)]
+        now_ready = [i for i in cands if ready[i] <= t + 1e-6]
+        if not now_ready:
+            t = min(ready[i] for i in cands)
+            now_ready = [i for i in cands if ready[i] <= t + 1e-6]
+        i = min(now_ready, key=lambda k: (streams[k].jobs[nxt[k]].deadline, k))
+        end = t + streams[i].jobs[nxt[i]].work_s
+        done[i].append(end)
+        ready[i] = end
+        nxt[i] += 1
+        left -= 1
+        free[0] = end
+        free.sort()
+    return done
+
+
+def late(stream: Stream, finish: Sequence[float]) -> float:
+    """How far the latest job of ``stream`` finishes after its deadline (<= 0: none late)."""
+    return max((f - j.deadline for j, f in zip(stream.jobs, finish)), default=-math.inf)
+
+
+def newcomer(work: Sequence[float], audio: Sequence[float], start: float) -> Stream:
+    """A reply that starts playing ``start`` s from now: segment k is due then plus the audio before it."""
+    jobs, pos = [], 0.0
+    for w, a in zip(work, audio):
+        jobs.append(Job(w, start + pos, a))
+        pos += a
+    return Stream(tuple(jobs))
+
+
+def forecast(others: Sequence[Stream], work: Sequence[float], audio: Sequence[float],
+             free_at: Sequence[float]) -> tuple[float, float]:
+    """(start, start alone): the earliest playback start of a new reply (segments' ``work`` and
+    ``audio``) that keeps every other stream no later than it is without it and every one of
+    its own segments in time; the same on an idle engine. ``inf`` beyond ``HORIZON_S``."""
+    if not work:
+        return 0.0, 0.0
+    alone_fin = edf([newcomer(work, audio, 0.0)], [0.0] * len(free_at))[0]
+    alone = max(0.0, late(newcomer(work, audio, 0.0), alone_fin))
+    if not others and not any(free_at):
+        return alone, alone
+    base = [max(0.0, late(s, f)) for s, f in zip(others, edf(others, free_at))]
+
+    def fits(start: float) -> bool:
+        mine = newcomer(work, audio, start)
+        fin = edf([*others, mine], free_at)
+        if late(mine, fin[-1]) > 1e-6:
+            return False
+        return all(late(s, f) <= b + SLACK_S for s, f, b in zip(others, fin, base))
+
+    lo, hi = alone, alone + sum(work) + sum(sum(j.work_s for j in s.jobs) for s in others) + max(free_at, default=0)
+    if fits(lo):
+        return lo, alone
+    while not fits(hi):
+        if hi > HORIZON_S:
+            log.debug("no start fits: others %s, free %s, work %s, audio %s", others, free_at, work, audio)
+            return math.inf, alone
+        hi *= 2
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+        if hi - lo < 0.01:
+            break
+    return hi, alone

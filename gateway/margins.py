@@ -1,0 +1,76 @@
+"""How much to stretch the engine's forecasts, learned from what replies' arrivals needed.
+
+A player starts once it holds ``preroll_ms``; the forecast behind it stretches every
+segment's compute by a safety factor because machines are noisy. A fixed factor (or one
+that only grows with the calls' overruns) errs on the late side: one core busy elsewhere
+made starts 5 s later than the arrivals needed. So after each reply whose whole text the
+first forecast saw, the gateway compares: the arrivals it really made give the oracle start
+(``schedule.oracle_start``) and the audio a player needed to hold then; the forecast gives
+the preroll at each stretch; the smallest stretch whose preroll covers the oracle's is what
+that reply needed (``needed_stretch``). ``Margins`` keeps a decayed mean and spread of it per
+bucket (the vocoder mode: each has its own errors; ``shared`` for replies forecast with other
+listeners' work on the engine) and answers mean + 2 spreads once it has seen a few replies;
+before that, the caller's fixed rule stands.
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterable, Sequence
+
+from .schedule import oracle_start
+
+LOW, HIGH = 1.0, 2.0  # a stretch is never below the forecast itself, nor above twice it
+MIN_REPLIES = 3  # replies seen before a bucket's learned margin replaces the fixed rule
+
+
+def needed_stretch(preroll_at: Callable[[float], float], arrivals: Iterable[tuple[float, float]]) -> float:
+    """The smallest stretch whose forecast preroll (``preroll_at(stretch)``, the forecast made
+    when the reply started) is at least what the actual ``arrivals`` (time from that
+    forecast, audio) needed: the hold that makes a player start at their oracle start."""
+    got = list(arrivals)
+    start = oracle_start(got)
+    need = 0.0  # a player counting audio as it comes starts at the first arrival at or after `start`
+    if got and start > got[0][0] + 1e-9:
+        for t, audio in got:
+            need += audio
+            if t >= start - 1e-9:
+                break
+    if preroll_at(LOW) >= need - 1e-3:
+        return LOW
+    lo, hi = LOW, HIGH * 1.5
+    if preroll_at(hi) < need - 1e-3:
+        return hi
+    while hi - lo > 0.01:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if preroll_at(mid) < need - 1e-3 else (lo, mid)
+    return hi
+
+
+def scaled(pieces: Sequence[tuple[float, float, float]], factor: float) -> list[tuple[float, float, float]]:
+    """Forecast pieces (arrival, audio, position) with every arrival ``factor`` times later: the
+    schedule of work stretched by ``factor`` (its calls one after another from now)."""
+    return [(at * factor, audio, pos) for at, audio, pos in pieces]
+
+
+class Margins:
+    def __init__(self, forget: float = 0.8) -> None:
+        self.forget = forget
+        self._sums: dict[str, list[float]] = {}  # weight, sum, sum of squares
+        self._replies: dict[str, int] = {}
+
+    def observe(self, bucket: str, needed: float) -> None:
+        w, s, sq = self._sums.get(bucket, [0.0, 0.0, 0.0])
+        f = self.forget
+        self._sums[bucket] = [w * f + 1.0, s * f + needed, sq * f + needed * needed]
+        self._replies[bucket] = self._replies.get(bucket, 0) + 1
+
+    def factor(self, bucket: str) -> float | None:
+        """The learned stretch for ``bucket`` (None until ``MIN_REPLIES`` replies were seen)."""
+        if self._replies.get(bucket, 0) < MIN_REPLIES:
+            return None
+        w, s, sq = self._sums[bucket]
+        mean = s / w
+        spread = max(0.0, sq / w - mean * mean) ** 0.5
+        return min(HIGH, max(LOW, mean + 2.0 * spread))
+
+    def snapshot(self) -> dict[str, float]:
+        return {b: round(f, 3) for b in self._sums if (f := self.factor(b)) is not None}

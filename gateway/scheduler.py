@@ -1,0 +1,89 @@
+"""One queue for the engine across sessions: engine calls go in deadline order.
+
+Every engine call a flight makes (``synthesis.py``) first takes one of the engine's ``slots``
+(its ``max_concurrency``: the inferences it runs at once). While all are taken, callers wait,
+and a freed slot goes to the waiter whose deadline is earliest: the moment its listener's
+buffer runs dry (``Listener.deadline``), earliest-deadline-first, the classic rule for
+real-time work. An engine with thousands of slots (the fake engine, remote endpoints) never
+makes anyone wait, so for them this is a pass-through.
+
+What is running and what waits (each with its forecast work) is what ``budget.py`` reads to
+forecast the engine's load and a new session's start.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import AsyncIterator, Callable
+
+
+@dataclass(slots=True, eq=False)
+class Call:
+    """One engine call holding or awaiting a slot."""
+
+    deadline: float  # the owner's clock (perf_counter): when its listener runs dry
+    work_s: float  # forecast compute
+    owner: object | None = None  # the Listener it is for (None: nobody in particular)
+    started: float | None = None  # when it got its slot
+    granted: asyncio.Future[None] | None = field(default=None, repr=False)
+
+
+class EngineScheduler:
+    def __init__(self, slots: int, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.slots = max(1, slots)
+        self.clock = clock
+        self.running: list[Call] = []
+        self._waiting: list[tuple[float, int, Call]] = []  # heap by deadline, then arrival
+        self._seq = itertools.count()
+        self.served: list[object | None] = []  # owners in the order they got a slot (last 64)
+
+    @property
+    def waiting(self) -> list[Call]:
+        return [c for _, _, c in sorted(self._waiting)]
+
+    def remaining_s(self) -> list[float]:
+        """Forecast compute left in each running call (0 where it ran over its forecast)."""
+        now = self.clock()
+        return [max(0.0, c.work_s - (now - (c.started or now))) for c in self.running]
+
+    @contextlib.asynccontextmanager
+    async def slot(self, deadline: float, work_s: float, owner: object | None = None) -> AsyncIterator[Call]:
+        """Hold a slot for the body: at once when one is free and nobody waits, else when
+        this call's deadline is the earliest among those waiting and a slot frees."""
+        call = Call(deadline, work_s, owner)
+        if len(self.running) < self.slots and not self._waiting:
+            self._start(call)
+        else:
+            call.granted = asyncio.get_running_loop().create_future()
+            heapq.heappush(self._waiting, (deadline, next(self._seq), call))
+            try:
+                await call.granted
+            except asyncio.CancelledError:
+                if call in self.running:  # granted in the same tick as the cancel: pass it on
+                    self._release(call)
+                else:
+                    self._waiting = [w for w in self._waiting if w[2] is not call]
+                    heapq.heapify(self._waiting)
+                raise
+        try:
+            yield call
+        finally:
+            self._release(call)
+
+    def _start(self, call: Call) -> None:
+        call.started = self.clock()
+        self.running.append(call)
+        self.served = [*self.served[-63:], call.owner]
+
+    def _release(self, call: Call) -> None:
+        if call in self.running:
+            self.running.remove(call)
+        while self._waiting and len(self.running) < self.slots:
+            _, _, nxt = heapq.heappop(self._waiting)
+            if nxt.granted is not None and not nxt.granted.done():
+                self._start(nxt)
+                nxt.granted.set_result(None)
