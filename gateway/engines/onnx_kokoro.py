@@ -11,12 +11,14 @@ import hashlib
 import importlib.resources
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from .. import voicestore
 from ..errors import EngineError
 from ..kokoro_parts import Blends, Rendered, VoicePacks, known_symbols, load_vocab, phonemize, phonemize_words
+from ..onnx_sessions import SharedWeights, make_session
 from ..timestamps import Token
 from ..vocoder.names import DURATIONS
 
@@ -56,18 +58,18 @@ def load_model_bytes() -> bytes:
     return blob
 
 
-def with_durations(model: bytes) -> bytes:
-    """The model with the duration predictor's output (``DURATIONS``) as a second graph output,
-    for word timings. The rewrite adds 0.25-0.3 s to start-up on two cores (measured; the
-    session then builds in the same 0.8 s as the plain model's)."""
+def with_durations(model: Any) -> Any:
+    """``model`` (an ``onnx.ModelProto``, changed in place) with the duration predictor's output
+    (``DURATIONS``) as a second graph output, for word timings. The rewrite adds 0.25-0.3 s to
+    start-up on two cores (measured; the session then builds in the same 0.8 s as the plain
+    model's)."""
     import onnx
 
-    proto = onnx.load_from_string(model)
-    graph = proto.graph
+    graph = model.graph
     if DURATIONS not in {o.name for o in graph.output}:
         info = next((v for v in graph.value_info if v.name == DURATIONS), None)
         graph.output.append(info if info is not None else onnx.helper.make_empty_tensor_value_info(DURATIONS))
-    return proto.SerializeToString()
+    return model
 
 
 def _mix(parts: list[tuple[np.ndarray, float]]) -> np.ndarray:
@@ -78,18 +80,16 @@ class KokoroModel:
     """The loaded session, vocab, voice packs and G2P; every method here blocks."""
 
     def __init__(self, threads: int, g2p_route: str, voices: VoicePacks) -> None:
-        import onnxruntime as ort
+        import onnx
 
         from ..g2p import Phonemizer
 
         t0 = time.perf_counter()
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = 1
-        opts.log_severity_level = 3  # errors reach the caller as exceptions; don't also print them
-        self.session = ort.InferenceSession(
-            with_durations(load_model_bytes()), sess_options=opts, providers=["CPUExecutionProvider"]
-        )
+        proto = onnx.load_from_string(load_model_bytes())
+        # the vocoder's sessions (``embedded_vocoder``) share these weights with this one
+        self.weights = SharedWeights(proto)
+        self.session = make_session(with_durations(proto), threads, self.weights)
+        del proto  # only the sessions and the shared weights stay
         self.vocab = load_vocab()
         self.styles = voices.packs  # voice id -> [510, 1, 256]
         self._blends = Blends(voices.packs, _mix)
