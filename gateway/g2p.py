@@ -223,6 +223,12 @@ class Phonemizer:
         raise UnsupportedLanguage(f"no G2P for language {lang!r}")
 
     @property
+    def loaded(self) -> tuple[str, ...]:
+        """The language letters whose G2P is loaded so far (``j``: the Japanese one)."""
+        with self._lock:
+            return (*self._g2p, *(("j",) if self._japanese is not None else ()))
+
+    @property
     def japanese(self) -> bool:
         """Whether Japanese text is read as Japanese (loads the Japanese G2P if need be)."""
         with self._lock:

@@ -103,6 +103,7 @@ class EmbeddedEngine(EngineBase):
         self._in_flight = 0  # calls submitted and not yet done
         self._idle_timer: asyncio.TimerHandle | None = None
         self.idle_release_s = IDLE_RELEASE_S
+        self.memory_releases = 0  # idle releases done (``_release_idle``)
 
     @property
     def voice_store(self) -> dict[str, Any]:
@@ -264,6 +265,10 @@ class EmbeddedEngine(EngineBase):
         executor = self._executor
         if executor is not None and self._in_flight == 0:
             try:  # on the inference pool: a call arriving now waits the ~0.1 s it takes
-                executor.submit(release_freed_memory)
+                executor.submit(self._release_memory)
             except RuntimeError:  # shut down meanwhile
                 pass
+
+    def _release_memory(self) -> None:
+        release_freed_memory()
+        self.memory_releases += 1
