@@ -1,7 +1,8 @@
 """Benchmarks: each module here has ``main(argv: list[str]) -> int`` and prints ratios
 measured side by side in one run. ``run_gateway.py bench NAME ...`` dispatches to them.
 
-- ``engine``: embedded engine real-time factor (1 vs 2 threads) and time to first audio.
+- ``engine``: embedded engine real-time factor (1 vs 2 threads), time to first audio, where the
+  time goes per path (bare model, exact, frozen-first, in service) and RSS per part.
 - ``quality``: intelligibility (Whisper WER) per voice and per G2P route.
 - ``wer``: the word-error-rate and Whisper helpers the others and the tests share.
 """

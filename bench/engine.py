@@ -1,4 +1,5 @@
-"""Embedded engine speed: real-time factor by thread count, and time to first audio.
+"""Embedded engine speed and memory: real-time factor by thread count, time to first audio,
+where the time goes while streaming (``engine_paths``) and where the memory goes (``memory``).
 
 Side by side in one run:
 
@@ -77,8 +78,29 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     parser.add_argument("--voice", default="")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--parts", default="threads,paths,memory",
+                        help="which reports: threads (RTF by thread count, first audio), paths (where "
+                             "the time goes: bare model vs the gateway's paths vs in service), memory "
+                             "(RSS per part and the gateway's total)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    wanted = set(args.parts.split(","))
+    if "threads" in wanted:
+        print(threads_report(args))
+    if "paths" in wanted:
+        from .engine_paths import run as paths_report
+
+        print(paths_report(args.voice))
+    if "memory" in wanted:
+        from .memory import run as memory_report
+
+        print(memory_report())
+    print(f"load average (1 min) at the end: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores "
+          "(above ~1, other work inflates every time figure; ratios are side by side in one run)")
+    return 0
+
+
+def threads_report(args: argparse.Namespace) -> str:
     rows = [asyncio.run(measure(int(t), args.voice, args.repeats)) for t in args.threads.split(",")]
     base = rows[0]["rtf"]
     lines = [
@@ -99,7 +121,4 @@ def main(argv: list[str]) -> int:
         f"first sentence ({rows[-1]['normal_audio_s']:.2f} s audio); rest ready = the rest of "
         "the sentence computed before the short segment finished playing"
     )
-    lines.append(f"load average (1 min) at the end: {os.getloadavg()[0]:.2f} on "
-                 f"{os.cpu_count()} cores (above ~1, other work inflates every figure)")
-    print("\n".join(lines))  # noqa: T201 - a benchmark's output is its report
-    return 0
+    return "\n".join(lines)

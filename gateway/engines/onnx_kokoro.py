@@ -11,12 +11,14 @@ import hashlib
 import importlib.resources
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from .. import voicestore
 from ..errors import EngineError
 from ..kokoro_parts import Blends, Rendered, VoicePacks, known_symbols, load_vocab, phonemize, phonemize_words
+from ..onnx_sessions import SharedWeights
 from ..timestamps import Token
 from ..vocoder.names import DURATIONS
 
@@ -56,18 +58,18 @@ def load_model_bytes() -> bytes:
     return blob
 
 
-def with_durations(model: bytes) -> bytes:
-    """The model with the duration predictor's output (``DURATIONS``) as a second graph output,
-    for word timings. The rewrite adds 0.25-0.3 s to start-up on two cores (measured; the
-    session then builds in the same 0.8 s as the plain model's)."""
+def with_durations(model: Any) -> Any:
+    """``model`` (an ``onnx.ModelProto``, changed in place) with the duration predictor's output
+    (``DURATIONS``) as a second graph output, for word timings. The rewrite adds 0.25-0.3 s to
+    start-up on two cores (measured; the session then builds in the same 0.8 s as the plain
+    model's)."""
     import onnx
 
-    proto = onnx.load_from_string(model)
-    graph = proto.graph
+    graph = model.graph
     if DURATIONS not in {o.name for o in graph.output}:
         info = next((v for v in graph.value_info if v.name == DURATIONS), None)
         graph.output.append(info if info is not None else onnx.helper.make_empty_tensor_value_info(DURATIONS))
-    return proto.SerializeToString()
+    return model
 
 
 def _mix(parts: list[tuple[np.ndarray, float]]) -> np.ndarray:
@@ -79,6 +81,8 @@ class KokoroModel:
 
     def __init__(self, threads: int, g2p_route: str, voices: VoicePacks, precision: str = "int8",
                  provider: str = "cpu") -> None:
+        import onnx
+
         from ..floatgraph import graph_bytes
         from ..floatgraph.runtime import make_session
         from ..g2p import Phonemizer
@@ -87,8 +91,12 @@ class KokoroModel:
         # int8 as shipped, or a float graph made from it (gateway.floatgraph), on CPU or CUDA
         self.precision, self.provider = precision, provider
         model, self.sha256 = graph_bytes(precision, load_model_bytes, shipped_sha256())
-        self.session = make_session(with_durations(model), threads, provider)
+        proto = onnx.load_from_string(model)
         del model
+        # the vocoder's sessions (``embedded_vocoder``) share these weights with this one (CPU)
+        self.weights = SharedWeights(proto) if provider == "cpu" else None
+        self.session = make_session(with_durations(proto), threads, provider, self.weights)
+        del proto  # only the sessions and the shared weights stay
         self.vocab = load_vocab()
         self.styles = voices.packs  # voice id -> [510, 1, 256]
         self._blends = Blends(voices.packs, _mix)

@@ -36,21 +36,29 @@ def check_provider(provider: str) -> None:
                                       f"{', '.join(available)}")
 
 
-def make_session(model: bytes, threads: int, provider: str = "cpu") -> Any:
-    """A session for ``model`` on ``provider``: an ``InferenceSession`` on the CPU, a
-    ``BoundSession`` on CUDA. Both have ``run(output_names, feeds)``."""
+def make_session(model: Any, threads: int, provider: str = "cpu", weights: Any = None) -> Any:
+    """A session for ``model`` (an ``onnx.ModelProto``, or its bytes) on ``provider``: on the
+    CPU ``gateway.onnx_sessions``' session (the process's one arena, ``weights`` shared, the
+    serialized copy dropped), on CUDA a ``BoundSession``. Both have ``run(output_names, feeds)``."""
     import onnxruntime as ort
 
     check_provider(provider)
+    if provider == "cpu":
+        from ..onnx_sessions import make_session as cpu_session
+
+        if isinstance(model, bytes):
+            import onnx
+
+            model = onnx.load_from_string(model)
+        return cpu_session(model, threads, weights)
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     opts.log_severity_level = 3  # errors reach the caller as exceptions; don't also print them
-    if provider == "cpu":
-        return ort.InferenceSession(model, sess_options=opts, providers=["CPUExecutionProvider"])
     if hasattr(ort, "preload_dlls"):  # CUDA and cuDNN from the nvidia-* wheels (torch's) where present
         ort.preload_dlls()
-    session = ort.InferenceSession(model, sess_options=opts, providers=[CUDA, "CPUExecutionProvider"])
+    data = model if isinstance(model, bytes) else model.SerializeToString()
+    session = ort.InferenceSession(data, sess_options=opts, providers=[CUDA, "CPUExecutionProvider"])
     if session.get_providers()[0] != CUDA:
         raise ProviderUnavailable(f"{CUDA_HINT}; onnxruntime could not start CUDA here "
                                   f"(session providers: {', '.join(session.get_providers())})")

@@ -17,6 +17,8 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from ..kokoro_parts import load_vocab
+from ..floatgraph.runtime import make_session
+from ..onnx_sessions import SharedWeights
 from . import calibrate
 from .chunked import FRAME, FRAME_S, MODES, ChunkRunner, Encoded, Policy, fade, voiced_span
 from .pacing import CostModel, Pacer, first_size, next_size
@@ -40,12 +42,6 @@ class BuildReport:
         return self.split_s + self.sessions_s + self.calibrate_s + self.warmup_s
 
 
-def _session(model: bytes, threads: int, provider: str = "cpu") -> Any:
-    from ..floatgraph.runtime import make_session
-
-    return make_session(model, threads, provider)
-
-
 class StreamingVocoder:
     """Encoder once per segment, then the vocoder in chunks; every method blocks."""
 
@@ -64,13 +60,14 @@ class StreamingVocoder:
         self._vocab: Mapping[str, int] = {}
         self._sentences: Sequence[str] = calibrate.SENTENCES
         self.stop = threading.Event()  # set it to end a calibration in progress (Stopped)
+        self.weights: SharedWeights | None = None  # buffers the sessions read (kept alive here)
 
     @classmethod
     def build(cls, model_bytes: bytes, voices: Mapping[str, np.ndarray], *, threads: int = 2,
               cache_dir: Path | None = None, vocab: Mapping[str, int] | None = None,
               policy: Policy = Policy(), calibration: Sequence[str] = calibrate.SENTENCES,
               stop: threading.Event | None = None, sha256: str | None = None, provider: str = "cpu",
-              ) -> "StreamingVocoder":
+              weights: SharedWeights | None = None) -> "StreamingVocoder":
         """Split ``model_bytes`` (the whole Kokoro ONNX model), make sessions, get statistics.
 
         ``voices`` maps a voice id to its style pack ([510, 1, 256] or [510, 256]); these are
@@ -79,7 +76,8 @@ class StreamingVocoder:
         ``calibration`` sentences (Kokoro phonemes). ``stop`` becomes the vocoder's ``stop``:
         set, it ends the build's calibration with ``calibrate.Stopped``. ``sha256``: the
         model's hash when the caller has checked it already (else it is computed here).
-        ``provider``: ``cpu`` or ``cuda`` (``gateway.floatgraph.runtime``).
+        ``provider``: ``cpu`` or ``cuda`` (``gateway.floatgraph.runtime``). ``weights``: the whole
+        model's session's shared weights (else the three share their own; CPU only).
         """
         import onnx
 
@@ -88,13 +86,19 @@ class StreamingVocoder:
         if not voices:
             raise ValueError("build needs at least one voice to calibrate and warm up with")
         t0 = time.perf_counter()
-        parts = split(onnx.load_from_string(model_bytes))
+        whole = onnx.load_from_string(model_bytes)
+        if weights is None and provider == "cpu":
+            weights = SharedWeights(whole)
+        parts = split(whole)
+        del whole
         t1 = time.perf_counter()
-        encoder = _session(parts.encoder.SerializeToString(), threads, provider)
-        exact = _session(parts.probe.SerializeToString(), threads, provider)  # also the exact vocoder
-        frozen = _session(parts.frozen.SerializeToString(), threads, provider)
+        encoder = make_session(parts.encoder, threads, provider, weights)
+        exact = make_session(parts.probe, threads, provider, weights)  # also the exact vocoder
+        frozen = make_session(parts.frozen, threads, provider, weights)
         t2 = time.perf_counter()
         self = cls(encoder, exact, frozen, {}, parts.statistics, policy)
+        self.weights = weights
+        del parts
         self._digest, self._cache_dir = calibrate.model_digest(model_bytes, sha256), cache_dir
         self._vocab, self._sentences = vocab or load_vocab(), tuple(calibration)
         if stop is not None:
@@ -142,6 +146,7 @@ class StreamingVocoder:
         other.costs, other.exact_costs, other.report = self.costs, self.exact_costs, self.report
         other._digest, other._cache_dir = self._digest, self._cache_dir
         other._vocab, other._sentences, other.stop = self._vocab, self._sentences, self.stop
+        other.weights = self.weights
         return other
 
     @property
