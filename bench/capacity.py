@@ -36,7 +36,7 @@ from typing import Any, AsyncIterator
 
 import numpy as np
 
-from gateway.timestamps import WordTimes
+from gateway.kokoro.timestamps import WordTimes
 from gateway.config import Settings
 from gateway.engines.fake import FakeEngine
 from gateway.errors import BadRequest

@@ -74,7 +74,7 @@ async def gateway(settings: Settings, name: str | None = None, engine: Engine | 
     inference pool), so gateways that differ only in core settings can be measured side by
     side; the engine is closed by whichever gateway stops first, so stop them together.
     """
-    from gateway.state import GATEWAY
+    from gateway.web.state import GATEWAY
 
     async with serve_gateway(settings, engine) as (url, app):
         yield Target(name or settings.engine, url, settings, app[GATEWAY].engine)
@@ -313,7 +313,7 @@ def timeline(result: Any, *, bitrate: int, first_clause_words: int, max_chars: i
     ``sentence`` event to its last audio payload (the encoder's lag moves a few ms of each
     segment into the next one's first payload).
     """
-    from gateway.segmenter import Segmenter
+    from gateway.core.segmenter import Segmenter
 
     events = [(k, f) for _, k, f in result.events]
     tokens = [(float(f["t_ms"]), str(f["delta"])) for k, f in events if k == "text"]

@@ -26,7 +26,7 @@ import aiohttp
 
 from gateway.config import Settings
 from gateway.engines.embedded import EmbeddedEngine
-from gateway.segmenter import Segmenter
+from gateway.core.segmenter import Segmenter
 
 from .corpus import SENTENCES
 from .procs import GatewayProcess

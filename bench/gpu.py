@@ -6,7 +6,7 @@ engine, precision and device, side by side with the seed's 156.7 ms to first aud
 
 A config is ``engine:precision:device``. The defaults on a GPU host are
 ``embedded:int8:cpu`` (the product's default, the baseline), ``embedded:fp32:cuda``,
-``embedded:fp16:cuda`` (onnxruntime-gpu, float graphs from ``gateway.floatgraph``) and
+``embedded:fp16:cuda`` (onnxruntime-gpu, float graphs from ``gateway.kokoro.floatgraph``) and
 ``kokoro:fp32:cuda`` (hexgrad's torch model with weights from ``convert-weights``). With
 ``--dry-run`` every ``cuda`` becomes ``cpu``, fp16 is left out unless named, nothing is
 installed and one repetition is made.
@@ -114,8 +114,8 @@ def install_plan(configs: Sequence[Config]) -> list[list[str]]:
 
 def prepare(configs: Sequence[Config], kokoro_dir: Path) -> dict[str, Any]:
     """Build the float graphs and convert the torch weights the configs need (cached)."""
-    from gateway import floatgraph
-    from gateway.engines.onnx_kokoro import load_model_bytes, shipped_sha256
+    from gateway.kokoro import floatgraph
+    from gateway.kokoro.onnx_model import load_model_bytes, shipped_sha256
 
     made: dict[str, Any] = {}
     for precision in sorted({c.precision for c in configs if c.engine == "embedded"} - {"int8"}):
@@ -126,7 +126,7 @@ def prepare(configs: Sequence[Config], kokoro_dir: Path) -> dict[str, Any]:
         source = kokoro_dir / "SOURCE.json"
         current = source.exists() and json.loads(source.read_text()).get("source_sha256") == shipped_sha256()
         if not current:
-            from gateway.convert_weights import convert
+            from gateway.kokoro.convert_weights import convert
 
             made["kokoro_dir"] = convert(kokoro_dir)
         else:
@@ -184,7 +184,7 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from gateway.floatgraph import cache_dir
+    from gateway.kokoro.floatgraph import cache_dir
 
     parser = argparse.ArgumentParser(prog="run_gateway.py bench gpu", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

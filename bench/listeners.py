@@ -6,7 +6,7 @@ gateway and its one engine; each is played by a simulated real-time player that 
 ``preroll_ms`` (``player.py``). Per N: how many were admitted at once, queued (``ready``
 carried ``queued_ms`` > 0) or refused (``overloaded``); stalls and stall time of the admitted;
 each one's playback start against its oracle start (the earliest start its arrivals allowed
-without a stall: ``gateway.schedule.oracle_start``), and the issue's bar, start <= 1.3 x
+without a stall: ``gateway.core.schedule.oracle_start``), and the issue's bar, start <= 1.3 x
 oracle + 300 ms. Capacity: the largest N at which every admitted listener played gaplessly
 and none was refused. Beside it, 1 / RTF: the engine's live speed (``/readyz``) says how many
 real-time listeners its compute could feed at most.
@@ -28,7 +28,7 @@ from typing import Any
 
 import aiohttp
 
-from gateway.schedule import oracle_start
+from gateway.core.schedule import oracle_start
 
 from .common import RESULTS_DIR, Target, bench_settings, gateway, machine, publish, quiet_logs, table
 from .corpus import REPLIES

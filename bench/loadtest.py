@@ -136,7 +136,7 @@ def plot(levels: Sequence[LevelResult], slo: ServiceLevel, targets: Targets, pat
 
 def write_outputs(out: Path, report: dict[str, Any], levels: list[LevelResult], slo: ServiceLevel,
                   targets: Targets, title: str) -> None:
-    from gateway.deploy import INVOCATIONS_METRIC, target_tracking
+    from gateway.ops.deploy import INVOCATIONS_METRIC, target_tracking
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "result.json").write_text(json.dumps(report, indent=2))

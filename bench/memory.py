@@ -44,7 +44,7 @@ def rss_mb(pid: int | str = "self") -> float:
 
 def _child() -> None:
     """In a fresh interpreter: load the parts one by one, print one JSON row per part."""
-    from gateway.onnx_sessions import release_freed_memory
+    from gateway.kokoro.onnx_sessions import release_freed_memory
 
     last = rss_mb()
     print(json.dumps({"part": "interpreter (and this bench's imports)", "mb": round(last, 1)}), flush=True)
@@ -89,13 +89,13 @@ def _imports() -> None:
 
 
 def _voice_packs() -> Any:
-    from gateway.kokoro_parts import load_voice_packs
+    from gateway.kokoro.parts import load_voice_packs
 
     return load_voice_packs()
 
 
 def _g2p() -> Any:
-    from gateway.g2p import Phonemizer
+    from gateway.kokoro.g2p import Phonemizer
 
     return Phonemizer("misaki")
 
@@ -103,25 +103,25 @@ def _g2p() -> Any:
 def _proto() -> Any:
     import onnx
 
-    from gateway.engines.onnx_kokoro import load_model_bytes
+    from gateway.kokoro.onnx_model import load_model_bytes
 
     return onnx.load_from_string(load_model_bytes())
 
 
 def _weights(proto: Any) -> Any:
-    from gateway.onnx_sessions import SharedWeights
+    from gateway.kokoro.onnx_sessions import SharedWeights
 
     return SharedWeights(proto)
 
 
 def _whole(proto: Any, weights: Any) -> Any:
-    from gateway.engines.onnx_kokoro import with_durations
+    from gateway.kokoro.onnx_model import with_durations
 
     return _session(with_durations(proto), weights)
 
 
 def _session(model: Any, weights: Any) -> Any:
-    from gateway.onnx_sessions import make_session
+    from gateway.kokoro.onnx_sessions import make_session
 
     return make_session(model, 2, weights)
 
@@ -129,8 +129,8 @@ def _session(model: Any, weights: Any) -> Any:
 def _split() -> Any:
     import onnx
 
-    from gateway.engines.onnx_kokoro import load_model_bytes
-    from gateway.vocoder.split import split
+    from gateway.kokoro.onnx_model import load_model_bytes
+    from gateway.kokoro.vocoder.split import split
 
     return split(onnx.load_from_string(load_model_bytes()))
 
@@ -138,7 +138,7 @@ def _split() -> Any:
 def _run_long(whole: Any, g2p: Any, packs: Any) -> None:
     import numpy as np
 
-    from gateway.kokoro_parts import known_symbols, load_vocab
+    from gateway.kokoro.parts import known_symbols, load_vocab
 
     vocab = load_vocab()
     ids = [vocab[c] for c in known_symbols(g2p(LONG, "a"), vocab)]

@@ -26,10 +26,10 @@ from typing import Any, AsyncIterator
 
 import aiohttp
 
-from gateway.timestamps import WordTimes
+from gateway.kokoro.timestamps import WordTimes
 from gateway.engines import create_engine
 from gateway.engines.base import Engine
-from gateway.segmenter import split_text
+from gateway.core.segmenter import split_text
 from .common import (Probe, RESULTS_DIR, Target, bench_settings, gateway, measure, publish, quiet_logs, recorded,
                      summarize, table)
 from .remote import RemoteClient

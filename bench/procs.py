@@ -25,7 +25,7 @@ from .servers import LOOPBACK, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 # the gateway's own entry point on uvloop's event loop, to measure what the loop costs
-UVLOOP_MAIN = "import sys, uvloop; uvloop.install(); from gateway.cli import main; sys.exit(main(sys.argv[1:]))"
+UVLOOP_MAIN = "import sys, uvloop; uvloop.install(); from gateway.ops.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
 class ServerProcess:

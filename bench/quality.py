@@ -27,7 +27,7 @@ import numpy as np
 
 from gateway.config import Settings
 from gateway.engines.embedded import EmbeddedEngine
-from gateway.g2p import ROUTES
+from gateway.kokoro.g2p import ROUTES
 from . import wer
 from .corpus import SENTENCES
 
@@ -178,7 +178,7 @@ def main(argv: list[str]) -> int:
 
 def run_paths(args: argparse.Namespace, voices: list[str], whispers: dict[str, str | None],
               sentences: tuple[str, ...], t0: float) -> int:
-    from gateway.floatgraph import cache_dir
+    from gateway.kokoro.floatgraph import cache_dir
 
     from .quality_paths import PATHS, measure_paths, print_paths
 

@@ -1,7 +1,7 @@
 """``bench quality --paths``: the same intelligibility test on every way to run Kokoro-82M.
 
 Paths: ``int8`` (the embedded engine as shipped: the reference), ``fp32`` and ``fp16`` (the
-embedded engine on the float graphs of ``gateway.floatgraph``, on the CPU here) and ``torch``
+embedded engine on the float graphs of ``gateway.kokoro.floatgraph``, on the CPU here) and ``torch``
 (the ``kokoro`` engine with the weights ``convert-weights`` makes, on CPU or CUDA). Each
 sentence is synthesized whole (no streaming vocoder), transcribed by Whisper and scored as in
 ``bench.quality``; each path's audio is also compared with the int8 path's, sentence by
@@ -42,7 +42,7 @@ def make_engine(path: str, kokoro_dir: Path, device: str) -> Any:
 
 def ensure_weights(kokoro_dir: Path) -> None:
     if not (kokoro_dir / "config.json").exists():
-        from gateway.convert_weights import convert
+        from gateway.kokoro.convert_weights import convert
 
         log.info("converting the shipped weights into %s", kokoro_dir)
         convert(kokoro_dir)

@@ -31,7 +31,7 @@ def free_port() -> int:
 async def serve_app(app: web.Application, port: int | None = None) -> AsyncIterator[str]:
     """Serve ``app`` on ``port`` (default: a free one) on loopback; yields its base URL. The
     runner is the product's (JSON parser errors, the redacting access log with WebSocket lines)."""
-    from gateway.httperrors import GatewayRunner
+    from gateway.web.httperrors import GatewayRunner
 
     runner = GatewayRunner(app, handler_cancellation=True)
     await runner.setup()
@@ -49,8 +49,8 @@ async def serve_gateway(settings: Settings, engine: Engine | None = None, *,
     """A real gateway in this process, once its engine has loaded (or failed to): yields its
     base URL and app. ``require_engine`` raises when the engine failed to load, so a run never
     measures or tests a gateway that answers every request with an error."""
-    from gateway.app import make_app
-    from gateway.state import GATEWAY
+    from gateway.web.app import make_app
+    from gateway.web.state import GATEWAY
 
     app = make_app(settings, engine)
     async with serve_app(app) as url:

@@ -16,7 +16,7 @@ shift of that size, not that the times are right.
 
 ``--direct`` measures without the gateway: the embedded engine's split model gives the
 duration predictor's output (``StreamingVocoder.encode`` -> ``Encoded.durations``), the
-exact vocoder the audio, and ``gateway.timestamps.word_times`` the word spans on it. Word
+exact vocoder the audio, and ``gateway.kokoro.timestamps.word_times`` the word spans on it. Word
 tokens there come from pairing the text's words with the phoneme string's space-separated
 groups (``guess_tokens``), with punctuation taken off the groups: exact for texts without
 numbers, which is what ``TEXTS`` holds. Prints tables; writes
@@ -112,9 +112,9 @@ def score(clip: Clip, *, size: int = 3, shifts: Sequence[int] = SHIFTS_MS,
     return out
 
 
-# -- the direct path: the model and gateway/timestamps.py, no gateway --------------------------
+# -- the direct path: the model and gateway/kokoro/timestamps.py, no gateway --------------------------
 def _tokens(text: str, phonemes: str) -> list[Any]:
-    from gateway.timestamps import Token, guess_tokens
+    from gateway.kokoro.timestamps import Token, guess_tokens
 
     return [Token(t.text, t.phonemes.strip(_PHONEME_PUNCT)) for t in guess_tokens(text, phonemes)]
 
@@ -122,8 +122,8 @@ def _tokens(text: str, phonemes: str) -> list[Any]:
 async def direct_clip(engine: Any, text: str, voice: str, speed: float, mode: str = "exact") -> Clip:
     """``text`` through the split model (encoder, then ``mode`` of the vocoder), with word
     spans from the encoder's durations; needs ``engine.wait_vocoder(voice)`` to be True."""
-    from gateway.timestamps import word_times
-    from gateway.vocoder.chunked import FRAME, voiced_span
+    from gateway.kokoro.timestamps import word_times
+    from gateway.kokoro.vocoder.chunked import FRAME, voiced_span
 
     model, vocoder = engine.model, engine.vocoder
     phonemes = await engine.phonemes(text, voice)

@@ -28,7 +28,7 @@ import types
 from pathlib import Path
 from typing import Any, Sequence
 
-from gateway.floatgraph.torch_weights import CONFIG as KOKORO_82M
+from gateway.kokoro.floatgraph.torch_weights import CONFIG as KOKORO_82M
 
 DATA = Path(__file__).resolve().parent / "data" / "torch_phonemes.json"
 CONFIG = KOKORO_82M  # Kokoro-82M's architecture, held once in the product

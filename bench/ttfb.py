@@ -32,7 +32,7 @@ import aiohttp
 import numpy as np
 
 from gateway.engines.fake import GAP_S, WORD_S
-from gateway.segmenter import split_text
+from gateway.core.segmenter import split_text
 from .common import (Probe, RESULTS_DIR, Target, bench_settings, gateway, measure, post_speech, publish,
                      quiet_logs, recorded, stall_cell, stream_run, summarize, table, timeline)
 from .plots import plot_timeline
@@ -128,7 +128,7 @@ async def container_target(args: argparse.Namespace, inside: dict[str, Any]) -> 
 
 def skip_reason(name: str, args: argparse.Namespace) -> str | None:
     if name == "container":
-        missing = [m for m in ("gateway.engines.container", "gateway.container")
+        missing = [m for m in ("gateway.engines.container", "gateway.web.container")
                    if importlib.util.find_spec(m) is None]
         return f"skipped: {', '.join(missing)} not in this tree" if missing else None
     if name == "kokoro":

@@ -22,9 +22,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from gateway.vocoder.calibrate import default_cache_dir
-from gateway.vocoder.chunked import FRAME, ChunkRunner, Encoded, voiced_span
-from gateway.vocoder.streaming import StreamingVocoder
+from gateway.kokoro.vocoder.calibrate import default_cache_dir
+from gateway.kokoro.vocoder.chunked import FRAME, ChunkRunner, Encoded, voiced_span
+from gateway.kokoro.vocoder.streaming import StreamingVocoder
 
 from .corpus import SENTENCES
 from .measure import Distance, distance, summary, worst_join_ratio
@@ -154,7 +154,7 @@ def _time(vocoder: StreamingVocoder, tokens: list[int], style: np.ndarray, voice
 
 
 def _phonemize(texts: Sequence[str]) -> list[str]:
-    from gateway.g2p import Phonemizer
+    from gateway.kokoro.g2p import Phonemizer
 
     g2p: Callable[[str], str] = Phonemizer("misaki")
     return [g2p(t) for t in texts]

@@ -116,7 +116,7 @@ class Settings:
     max_active_sessions: int = 0  # 0: the engine's own max_concurrency x 4
     max_queued_sessions: int = 16  # beyond active + queued: 503 + Retry-After / error + close 1013
     queue_timeout_s: float = 10.0  # a queued session that waits longer is refused the same way
-    # the real-time budget (gateway/budget.py): a new listener whose forecast start, with the engine
+    # the real-time budget (gateway/core/budget.py): a new listener whose forecast start, with the engine
     # work of every admitted listener, passes this (and what it would need on an idle engine), or
     # that would make an admitted listener stall, waits in the queue (ready.queued_ms) or is refused
     max_start_s: float = 3.0

@@ -14,7 +14,7 @@ from aiohttp import web
 from bench.servers import free_port, serve_gateway
 from gateway.config import Settings, load_settings
 from gateway.engines.base import Engine
-from gateway.state import GATEWAY
+from gateway.web.state import GATEWAY
 
 if TYPE_CHECKING:
     from gateway.engines.embedded import EmbeddedEngine

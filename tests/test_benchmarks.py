@@ -260,7 +260,7 @@ async def test_timestamp_measurement_fails_when_the_times_move() -> None:
     times are heard better than the same windows moved 250 ms either way."""
     from gateway.config import Settings
     from gateway.engines.embedded import EmbeddedEngine
-    from gateway.timestamps import words_of
+    from gateway.kokoro.timestamps import words_of
 
     engine = EmbeddedEngine(Settings(embedded_vocoder="exact"))
     await engine.start()

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway import voicecatalog
+from gateway.kokoro import voicecatalog
 from gateway.errors import BadRequest
-from gateway.kokoro_parts import Blends
+from gateway.kokoro.parts import Blends
 
 VOICES = ("af_bella", "af_sky", "am_adam", "bf_emma")
 PACKS = {v: np.full(4, float(k)) for k, v in enumerate(VOICES)}  # pack k is all k's

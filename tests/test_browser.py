@@ -22,7 +22,7 @@ from bench.transports import (
     CHROMIUM, FINISHED_JS, launch_chromium, open_demo, payloads, play, serve, stats,
 )
 from gateway.config import load_settings
-from gateway.timestamps import words_of
+from gateway.kokoro.timestamps import words_of
 from tests.conftest import fake_settings
 
 pytestmark = [

@@ -10,15 +10,15 @@ import asyncio
 import pytest
 
 from bench.player import Arrival, simulate
-from gateway.budget import Budget, Job, Stream, edf, late, newcomer
+from gateway.core.budget import Budget, Job, Stream, edf, late, newcomer
 from gateway.config import Settings
 from gateway.errors import Overloaded
-from gateway.listener import Listener
-from gateway.options import StreamOptions
-from gateway.schedule import oracle_start
-from gateway.scheduler import EngineScheduler
-from gateway.speed import LiveSpeed
-from gateway.state import GATEWAY
+from gateway.core.listener import Listener
+from gateway.core.options import StreamOptions
+from gateway.core.schedule import oracle_start
+from gateway.core.scheduler import EngineScheduler
+from gateway.core.speed import LiveSpeed
+from gateway.web.state import GATEWAY
 
 RATE = 24000
 
@@ -241,9 +241,9 @@ async def test_a_listener_the_engine_cannot_fit_is_refused_with_retry_after_and_
 
 
 def test_margins_learn_what_the_arrivals_needed() -> None:
-    from gateway.margins import Margins, needed_stretch
-    from gateway.schedule import Forecast
-    from gateway.schedule import preroll_s as preroll
+    from gateway.core.margins import Margins, needed_stretch
+    from gateway.core.schedule import Forecast
+    from gateway.core.schedule import preroll_s as preroll
 
     # forecast: four whole segments of 2 s, 1 s of compute each: no preroll needed
     segments = [Forecast(2.0, 1.0)] * 4

@@ -25,17 +25,17 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from gateway.timestamps import WordTimes
+from gateway.kokoro.timestamps import WordTimes
 from gateway.config import Settings
 from gateway.audio.decode import decode_mp3
 from gateway.audio.mp3 import is_whole_frames
 from bench.client import ws_stream
 from bench.servers import serve_app, serve_gateway
-from gateway.container import STREAM_PATH, make_container_app
+from gateway.web.container import STREAM_PATH, make_container_app
 from gateway.engines.fake import FakeEngine, fake_duration_s
 from gateway.errors import EngineError
-from gateway.segmenter import split_text
-from gateway.state import GATEWAY
+from gateway.core.segmenter import split_text
+from gateway.web.state import GATEWAY
 
 from .conftest import Server, fake_settings, free_port
 

@@ -11,17 +11,17 @@ import pytest
 
 from bench.client import sse_stream
 from bench.servers import serve_app
-from gateway.timestamps import WordTimes
-from gateway.batch import synthesize_pcm
+from gateway.kokoro.timestamps import WordTimes
+from gateway.core.batch import synthesize_pcm
 from gateway.config import Settings, load_settings, section
-from gateway.container import STREAM_PATH, make_container_app
+from gateway.web.container import STREAM_PATH, make_container_app
 from gateway.engines.embedded import EmbeddedSettings
 from gateway.engines.fake import FakeEngine, fake_duration_s
 from gateway.engines.sagemaker import SageMakerEngine, SageMakerOptions
 from gateway.errors import BadRequest
-from gateway.options import parse_options
-from gateway.stream import StreamSession
-from gateway.synthesis import SynthesisHub
+from gateway.core.options import parse_options
+from gateway.core.stream import StreamSession
+from gateway.core.synthesis import SynthesisHub
 
 from .conftest import Server, fake_settings
 

@@ -1,7 +1,7 @@
 """``convert-weights``: hexgrad's ``KModel`` with the real Kokoro-82M weights, read back out of
 the shipped ONNX model, speaks as the ONNX graph does.
 
-The reference is the fp32 graph (the int8 weights dequantized, ``gateway.floatgraph``), whose
+The reference is the fp32 graph (the int8 weights dequantized, ``gateway.kokoro.floatgraph``), whose
 weights the torch model now holds exactly. Two differences are the model's own and stay:
 the vocoder's harmonic source adds random noise in torch (the export has none), and the
 export's inverse STFT (a transposed convolution over a window sum) is 1.5 times torch's
@@ -49,9 +49,9 @@ def kokoro_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_every_kmodel_parameter_comes_from_the_graph(kokoro_dir: Path) -> None:
-    from gateway.convert_weights import kmodel
-    from gateway.floatgraph.torch_weights import CONFIG, MODULES
-    from gateway.kokoro_parts import load_vocab
+    from gateway.kokoro.convert_weights import kmodel
+    from gateway.kokoro.floatgraph.torch_weights import CONFIG, MODULES
+    from gateway.kokoro.parts import load_vocab
 
     saved = torch.load(kokoro_dir / "kokoro-v1_0.pth", map_location="cpu", weights_only=True)
     assert sorted(saved) == sorted(MODULES)
@@ -71,8 +71,8 @@ def test_every_kmodel_parameter_comes_from_the_graph(kokoro_dir: Path) -> None:
 def test_torch_speaks_as_the_onnx_graph_on_fixed_phonemes(kokoro_dir: Path) -> None:
     from bench.measure import align, distance
     from gateway.engines.kokoro import TorchKokoro, find_model_files
-    from gateway.engines.onnx_kokoro import KokoroModel
-    from gateway.kokoro_parts import load_voice_packs
+    from gateway.kokoro.onnx_model import KokoroModel
+    from gateway.kokoro.parts import load_voice_packs
 
     packs = load_voice_packs()
     onnx_model = KokoroModel(2, "espeak", packs, precision="fp32")

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("botocore")
 
-from gateway.deploy import (  # noqa: E402 - after the skip
+from gateway.ops.deploy import (  # noqa: E402 - after the skip
     CONCURRENCY_METRIC,
     InvalidRequest,
     Request,

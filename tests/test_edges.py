@@ -82,7 +82,7 @@ async def test_a_client_cannot_choose_its_address_with_the_other_header(
 ])
 def test_resolve_client_and_scheme(peer: str, hops: list[str], protos: list[str], client: str,
                                    scheme: str | None) -> None:
-    from gateway.proxies import Forwarding, parse_trusted, resolve
+    from gateway.web.proxies import Forwarding, parse_trusted, resolve
 
     assert resolve(peer, Forwarding(tuple(hops), tuple(protos)), parse_trusted("10.0.0.0/8")) == (client, scheme)
 
@@ -160,7 +160,7 @@ async def test_tokens_in_the_query_are_redacted_everywhere(start_server: ServerF
     ("/healthz", "/healthz"),
 ])
 def test_redact(text: str, expected: str) -> None:
-    from gateway.accesslog import redact
+    from gateway.web.accesslog import redact
 
     assert redact(text) == expected
 
@@ -202,7 +202,7 @@ _hop = st.one_of(st.ip_addresses().map(str), st.text(max_size=12), st.sampled_fr
 @given(peer=st.ip_addresses().map(str), hops=st.lists(_hop, max_size=5),
        protos=st.lists(st.text(max_size=6), max_size=5), trusted=st.sampled_from(["", "10.0.0.0/8", "0.0.0.0/0, ::/0"]))
 def test_forwarded_parsing_never_invents_a_client(peer: str, hops: list[str], protos: list[str], trusted: str) -> None:
-    from gateway.proxies import Forwarding, parse_trusted, resolve
+    from gateway.web.proxies import Forwarding, parse_trusted, resolve
 
     nets = parse_trusted(trusted)
     client, scheme = resolve(peer, Forwarding(tuple(hops), tuple(protos)), nets)
@@ -214,7 +214,7 @@ def test_forwarded_parsing_never_invents_a_client(peer: str, hops: list[str], pr
 
 
 def _as_ip(text: str):  # the parser's own reading of a hop
-    from gateway.proxies import _address
+    from gateway.web.proxies import _address
 
     return _address(text)
 
@@ -225,7 +225,7 @@ def _as_ip(text: str):  # the parser's own reading of a hop
                      min_size=1, max_size=20),
        before=st.sampled_from(["", "voice=a&", "x=1;"]))
 def test_redacted_lines_keep_no_credential(key: str, value: str, before: str) -> None:
-    from gateway.accesslog import redact
+    from gateway.web.accesslog import redact
 
     line = f'GET /v1/stream/ws?{before}{key}={value} HTTP/1.1'
     out = redact(line)
@@ -239,7 +239,7 @@ def test_redacted_lines_keep_no_credential(key: str, value: str, before: str) ->
 @settings(max_examples=200, deadline=None)
 @given(token=st.one_of(st.text(max_size=80), st.builds(lambda a, b: f"v1.{a}.{b}", st.text(max_size=20), st.text(max_size=60))))
 def test_any_string_as_a_token_is_refused_cleanly(token: str) -> None:
-    from gateway import tokens
+    from gateway.web import tokens
     from gateway.errors import Unauthorized
 
     with pytest.raises(Unauthorized) as info:

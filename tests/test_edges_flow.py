@@ -18,12 +18,12 @@ import aiohttp
 import pytest
 
 from bench.client import sse_stream
-from gateway.admission import Admission
+from gateway.web.admission import Admission
 from gateway.engines.fake import FakeEngine
 from gateway.errors import Overloaded
 from gateway.metrics import Metrics
-from gateway.state import GATEWAY
-from gateway.synthesis import SynthesisHub
+from gateway.web.state import GATEWAY
+from gateway.core.synthesis import SynthesisHub
 
 from .conftest import Server, fake_settings
 

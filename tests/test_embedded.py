@@ -12,13 +12,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.config import Settings
-from gateway.engines import onnx_kokoro
+from gateway.kokoro import onnx_model as onnx_kokoro
 from gateway.engines.base import Engine
 from gateway.engines.embedded import (
     MAX_TOKENS, EmbeddedEngine, load_model_bytes, split_phonemes, trim_silence,
 )
 from gateway.errors import BadRequest, EngineError, NotReady
-from gateway.options import parse_options
+from gateway.core.options import parse_options
 
 from .conftest import embedded_engine
 

@@ -12,7 +12,7 @@ import pytest_asyncio
 from gateway.audio.decode import decode_mp3
 from gateway.audio.mp3 import is_whole_frames
 from bench.client import sse_stream, ws_stream
-from gateway.state import GATEWAY
+from gateway.web.state import GATEWAY
 
 from .conftest import embedded_gateway
 

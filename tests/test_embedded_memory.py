@@ -10,12 +10,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gateway.engines.onnx_kokoro import load_model_bytes, with_durations
-from gateway.g2p import Phonemizer
-from gateway.kokoro_parts import load_vocab
-from gateway.onnx_sessions import SharedWeights, make_session, release_freed_memory
-from gateway.vocoder.names import CROP, ENERGY, F0, FEATURES
-from gateway.vocoder.split import split
+from gateway.kokoro.onnx_model import load_model_bytes, with_durations
+from gateway.kokoro.g2p import Phonemizer
+from gateway.kokoro.parts import load_vocab
+from gateway.kokoro.onnx_sessions import SharedWeights, make_session, release_freed_memory
+from gateway.kokoro.vocoder.names import CROP, ENERGY, F0, FEATURES
+from gateway.kokoro.vocoder.split import split
 
 pytestmark = pytest.mark.slow
 # "The weather will be sunny in the morning, with light rain after lunch." (misaki)
@@ -77,7 +77,7 @@ def test_the_japanese_g2p_loads_with_the_first_japanese_text() -> None:
 
 def test_the_g2p_does_not_import_torch() -> None:
     pytest.importorskip("torch")  # installed with the test extras: spaCy's thinc would load it
-    code = ("import sys; from gateway.g2p import Phonemizer; g = Phonemizer('misaki'); "
+    code = ("import sys; from gateway.kokoro.g2p import Phonemizer; g = Phonemizer('misaki'); "
             "print(g('I read it.', 'a'), 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
     phonemes, imported = out.stdout.split()[:-1], out.stdout.split()[-1]

@@ -17,7 +17,7 @@ import pytest_asyncio
 from gateway.config import Settings
 from gateway.engines.embedded import EmbeddedEngine
 from gateway.errors import BadRequest
-from gateway.options import parse_options
+from gateway.core.options import parse_options
 from bench.measure import distance, worst_join_ratio
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]

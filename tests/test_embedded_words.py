@@ -18,7 +18,7 @@ import pytest_asyncio
 
 from gateway.config import Settings
 from gateway.engines.embedded import EmbeddedEngine
-from gateway.timestamps import WordTimes, words_of
+from gateway.kokoro.timestamps import WordTimes, words_of
 
 from .conftest import embedded_engine
 from .test_embedded import LONG, SENTENCE

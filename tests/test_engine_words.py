@@ -15,10 +15,10 @@ import pytest
 from aiohttp import WSMsgType, web
 
 from gateway.config import load_settings
-from gateway.container import STREAM_PATH
+from gateway.web.container import STREAM_PATH
 from gateway.engines.container import ContainerEngine
 from gateway.engines.fake import GAP_S, WORD_S, FakeEngine, fake_duration_s
-from gateway.timestamps import WordTimes, words_of
+from gateway.kokoro.timestamps import WordTimes, words_of
 
 from .conftest import fake_settings, free_port
 

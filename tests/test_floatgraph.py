@@ -1,4 +1,4 @@
-"""Float graphs from the shipped int8 model (``gateway.floatgraph``) and the provider setting.
+"""Float graphs from the shipped int8 model (``gateway.kokoro.floatgraph``) and the provider setting.
 
 The rewrite is checked twice: on a small graph that onnxruntime's own dynamic quantizer makes
 here (every pattern the shipped export uses, in a second: outputs equal to the quantized
@@ -19,10 +19,10 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from gateway import floatgraph
+from gateway.kokoro import floatgraph
 from gateway.config import Settings
-from gateway.floatgraph.dequantize import QUANTIZED, dequantize
-from gateway.floatgraph.runtime import CUDA, ProviderUnavailable, check_provider
+from gateway.kokoro.floatgraph.dequantize import QUANTIZED, dequantize
+from gateway.kokoro.floatgraph.runtime import CUDA, ProviderUnavailable, check_provider
 
 ROOT = Path(__file__).resolve().parent.parent
 PHONEMES = "ðə tɹˈAn tə ðə ˈɛɹpˌɔɹt lˈivz fɹʌm ðə sˈɛkənd plˈætfˌɔɹm."
@@ -104,7 +104,7 @@ def test_float_graph_is_cached_by_hash_and_rebuilt_when_damaged(tmp_path: Path) 
 
 
 def test_fp16_graph_keeps_float32_inputs_outputs_and_the_source_path() -> None:
-    from gateway.engines.onnx_kokoro import load_model_bytes, shipped_sha256
+    from gateway.kokoro.onnx_model import load_model_bytes, shipped_sha256
 
     blob, _ = floatgraph.graph_bytes("fp16", load_model_bytes, shipped_sha256())
     model = onnx.load_from_string(blob)
@@ -117,8 +117,8 @@ def test_fp16_graph_keeps_float32_inputs_outputs_and_the_source_path() -> None:
     assert kept and not any(n.input[1] in half for n in kept)
     # it runs (onnxruntime's CPU provider too) and gives finite audio close to the fp32 graph's
     from bench.measure import align, distance
-    from gateway.engines.onnx_kokoro import KokoroModel
-    from gateway.kokoro_parts import load_voice_packs
+    from gateway.kokoro.onnx_model import KokoroModel
+    from gateway.kokoro.parts import load_voice_packs
 
     packs = load_voice_packs()
     fp32, fp16 = (KokoroModel(2, "espeak", packs, precision=p) for p in ("fp32", "fp16"))
@@ -133,8 +133,8 @@ def test_fp32_graph_speaks_like_int8_on_the_same_phonemes() -> None:
     predictor's frames within a few of the int8 graph's (its activations are no longer
     quantized), and the split's cut points all present."""
     from bench.measure import align, distance
-    from gateway.engines.onnx_kokoro import KokoroModel
-    from gateway.kokoro_parts import load_voice_packs
+    from gateway.kokoro.onnx_model import KokoroModel
+    from gateway.kokoro.parts import load_voice_packs
 
     packs = load_voice_packs()
     out = {}

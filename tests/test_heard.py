@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.engines.fake import FakeEngine
-from gateway.heard import Transcript
-from gateway.timestamps import WordTimes, words_of
+from gateway.core.heard import Transcript
+from gateway.kokoro.timestamps import WordTimes, words_of
 
 from .conftest import fake_settings
 

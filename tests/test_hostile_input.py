@@ -18,7 +18,7 @@ import aiohttp
 import msgpack
 from aiohttp import web
 
-from gateway.container import make_container_app
+from gateway.web.container import make_container_app
 from gateway.engines.fake import FakeEngine
 
 from .conftest import fake_settings

@@ -20,7 +20,7 @@ import pytest
 
 from gateway.config import Settings, load_settings
 from gateway.errors import EngineError
-from gateway.timestamps import WordTimes
+from gateway.kokoro.timestamps import WordTimes
 
 from .test_kokoro_engine import hub_offline, write_model_folder  # noqa: F401  (hub_offline: autouse)
 

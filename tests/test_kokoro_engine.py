@@ -24,7 +24,7 @@ torch = pytest.importorskip("torch", reason="the kokoro engine needs the torch e
 pytest.importorskip("kokoro", reason="the kokoro engine needs the torch extra: pip install -e '.[torch]'")
 
 from gateway.engines.kokoro import KokoroEngine, find_model_files  # noqa: E402
-from gateway.options import check_voice  # noqa: E402
+from gateway.core.options import check_voice  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -169,8 +169,8 @@ async def test_kokoro_engine_word_times_come_from_pred_dur(tmp_path: Path) -> No
     """``pred_dur`` (one frame a token here: the duration head is zeroed) places each word:
     a word lasts its phonemes' frames, words follow in order inside the audio, and a text over
     510 phonemes gives one WordTimes per piece, before that piece's audio, on one timeline."""
-    from gateway.kokoro_parts import split_phonemes
-    from gateway.timestamps import WordTimes, words_of
+    from gateway.kokoro.parts import split_phonemes
+    from gateway.kokoro.timestamps import WordTimes, words_of
 
     from .test_embedded import LONG
 

@@ -52,7 +52,7 @@ def imported(name: str, path: Path, known: set[str]) -> set[str]:
 
 def part_of(module: str) -> str:
     """bench, a gateway subpackage (gateway.engines, gateway.audio, ...), or the top-level
-    gateway modules, each a part of its own (``gateway.app``, ``gateway.config``, ...)."""
+    gateway modules, each a part of its own (``gateway.web.app``, ``gateway.config``, ...)."""
     if module.split(".")[0] == "bench":
         return "bench"
     bits = module.split(".")
@@ -110,7 +110,7 @@ def test_the_import_reader_sees_function_level_and_relative_imports(tmp_path: Pa
 
 
 def test_importing_the_app_loads_no_benchmark_or_test_code() -> None:
-    code = ("import json, sys, gateway.app; "
+    code = ("import json, sys, gateway.web.app; "
             "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('bench', 'tests'))))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == []
@@ -137,11 +137,11 @@ def _absolute_imports(path: Path) -> set[str]:
 
 
 def test_no_import_cycle_between_parts() -> None:
-    """bench, gateway.engines, gateway.vocoder, gateway.audio, gateway.transports and each
+    """bench, gateway.engines, gateway.kokoro.vocoder, gateway.audio, gateway.web.transports and each
     top-level gateway module: the parts import each other one way only."""
     graph = part_graph()
-    assert {"bench", "gateway.engines", "gateway.vocoder", "gateway.audio", "gateway.transports",
-            "gateway.app", "gateway.config"} <= graph.keys()
+    assert {"bench", "gateway.engines", "gateway.kokoro.vocoder", "gateway.audio", "gateway.web.transports",
+            "gateway.web.app", "gateway.config"} <= graph.keys()
     assert cycles(graph) == [], "parts that import each other, both ways"
 
 

@@ -10,14 +10,14 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from gateway import batch
-from gateway.container import STREAM_PATH, make_container_app
+from gateway.core import batch
+from gateway.web.container import STREAM_PATH, make_container_app
 from gateway.engines.fake import FakeEngine
-from gateway.options import parse_options
-from gateway.pipeline import OUT_EVENTS
-from gateway.state import GATEWAY
-from gateway.stream import StreamSession
-from gateway.synthesis import SynthesisHub
+from gateway.core.options import parse_options
+from gateway.core.pipeline import OUT_EVENTS
+from gateway.web.state import GATEWAY
+from gateway.core.stream import StreamSession
+from gateway.core.synthesis import SynthesisHub
 from bench.client import ws_stream
 
 from .conftest import Server, fake_settings, free_port

@@ -18,19 +18,19 @@ import math
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gateway import voicecatalog
+from gateway.kokoro import voicecatalog
 from gateway.audio.encoders import OPUS_SAMPLE_RATES
 from gateway.audio.mp3 import mp3_bitrates
 from gateway.audio.resample import SAMPLE_RATES
 from gateway.engines.container import container_event
 from gateway.engines.fake import FakeEngine
 from gateway.errors import CLIENT_CODES, BadRequest, GatewayError
-from gateway.heard import Transcript
-from gateway.jsonbody import decode_object
-from gateway.openai_speech import parse_speech
-from gateway.options import ENVELOPES, FORMATS, MP3_BITRATES, StreamOptions, parse_options
-from gateway.timestamps import words_event
-from gateway.transports.ws_input import CLIENT_TYPES, parse_message, validate_message
+from gateway.core.heard import Transcript
+from gateway.web.jsonbody import decode_object
+from gateway.web.openai_speech import parse_speech
+from gateway.core.options import ENVELOPES, FORMATS, MP3_BITRATES, StreamOptions, parse_options
+from gateway.kokoro.timestamps import words_event
+from gateway.web.transports.ws_input import CLIENT_TYPES, parse_message, validate_message
 
 from .conftest import fake_settings
 

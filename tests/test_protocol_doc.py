@@ -21,14 +21,14 @@ from typing import Any, Iterator
 import pytest
 
 import gateway
-from gateway import httperrors, tokens
-from gateway.app import make_app
-from gateway.container import make_container_app
+from gateway.web import httperrors, tokens
+from gateway.web.app import make_app
+from gateway.web.container import make_container_app
 from gateway.errors import GatewayError
-from gateway.openai_speech import parse_speech
-from gateway.options import parse_options
-from gateway.state import GATEWAY
-from gateway.transports.ws_input import CLIENT_TYPES, validate_message
+from gateway.web.openai_speech import parse_speech
+from gateway.core.options import parse_options
+from gateway.web.state import GATEWAY
+from gateway.web.transports.ws_input import CLIENT_TYPES, validate_message
 from tests.conftest import fake_settings
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,7 +18,7 @@ from gateway.audio import g711
 from gateway.audio.decode import decode_audio
 from gateway.audio.resample import SAMPLE_RATES, Resampler
 from gateway.engines.fake import FakeEngine, fake_duration_s
-from gateway.timestamps import WordTimes
+from gateway.kokoro.timestamps import WordTimes
 
 from .conftest import fake_settings
 

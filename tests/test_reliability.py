@@ -15,7 +15,7 @@ from aiohttp import WSMsgType
 from bench.client import sse_stream, ws_stream
 from gateway.engines.fake import FakeEngine
 from bench.procs import ServerProcess
-from gateway.state import GATEWAY
+from gateway.web.state import GATEWAY
 
 from .conftest import Server, fake_settings
 

@@ -14,8 +14,8 @@ from gateway.audio.decode import decode_mp3
 from gateway.audio.mp3 import is_whole_frames, parse_header
 from gateway.engines.fake import fake_duration_s
 from bench.client import sse_stream, ws_stream
-from gateway.segmenter import split_text
-from gateway.state import GATEWAY
+from gateway.core.segmenter import split_text
+from gateway.web.state import GATEWAY
 
 from .conftest import Server, fake_settings
 

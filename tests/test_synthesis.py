@@ -9,11 +9,11 @@ import pytest
 
 from bench.client import sse_stream, ws_stream
 from gateway.engines.fake import FakeEngine, fake_duration_s
-from gateway.schedule import Forecast, preroll_s
-from gateway.segmenter import split_text
-from gateway.speed import LiveSpeed
-from gateway.state import GATEWAY
-from gateway.synthesis import SynthesisHub
+from gateway.core.schedule import Forecast, preroll_s
+from gateway.core.segmenter import split_text
+from gateway.core.speed import LiveSpeed
+from gateway.web.state import GATEWAY
+from gateway.core.synthesis import SynthesisHub
 
 from .conftest import fake_settings
 

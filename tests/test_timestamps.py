@@ -1,8 +1,8 @@
-"""Word spans from per-token durations (gateway/timestamps.py), on hand-made durations."""
+"""Word spans from per-token durations (gateway/kokoro/timestamps.py), on hand-made durations."""
 from __future__ import annotations
 
-from gateway.kokoro_parts import split_phonemes
-from gateway.timestamps import FRAME, SegmentWords, Token, WordTimes, guess_tokens, word_times, words_event, words_of
+from gateway.kokoro.parts import split_phonemes
+from gateway.kokoro.timestamps import FRAME, SegmentWords, Token, WordTimes, guess_tokens, word_times, words_event, words_of
 
 
 def test_spans_follow_the_durations_of_each_words_phonemes() -> None:

@@ -2,7 +2,7 @@
 
 Real gateways on loopback with the fake engine; the two-worker test runs ``run_gateway.py``
 in a subprocess as tests/test_production.py does. Expired and foreign tokens are minted with
-``gateway.tokens`` itself, as another instance sharing (or not sharing) the key would.
+``gateway.web.tokens`` itself, as another instance sharing (or not sharing) the key would.
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import pytest
 
 from bench.client import sse_stream, ws_stream
 from bench.procs import ServerProcess
-from gateway import tokens
-from gateway.workers import WORKER_HEADER
+from gateway.web import tokens
+from gateway.ops.workers import WORKER_HEADER
 
 from .conftest import Server, fake_settings
 from .test_production import FAKE, QUIET, until

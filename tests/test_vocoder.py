@@ -11,12 +11,12 @@ from typing import Iterator
 import numpy as np
 import pytest
 
-from gateway.vocoder import calibrate
-from gateway.vocoder.chunked import FRAME, ChunkRunner, Encoded, Policy, phase_offset, voiced_span
+from gateway.kokoro.vocoder import calibrate
+from gateway.kokoro.vocoder.chunked import FRAME, ChunkRunner, Encoded, Policy, phase_offset, voiced_span
 from bench.measure import distance, worst_join_ratio
-from gateway.vocoder.names import CROP, CUMSUM, ENERGY, F0, FEATURES
-from gateway.vocoder.split import extract, split
-from gateway.vocoder.streaming import StreamingVocoder
+from gateway.kokoro.vocoder.names import CROP, CUMSUM, ENERGY, F0, FEATURES
+from gateway.kokoro.vocoder.split import extract, split
+from gateway.kokoro.vocoder.streaming import StreamingVocoder
 
 Model = tuple[bytes, dict[str, np.ndarray], dict[str, int]]
 VOICE = "jm_kumo"
@@ -58,7 +58,7 @@ def test_quant_params_match_onnxruntimes_dynamic_quantization() -> None:
 
 
 def test_pooled_statistics_are_those_of_the_concatenation() -> None:
-    from gateway.vocoder.names import Statistic
+    from gateway.kokoro.vocoder.names import Statistic
 
     rng = np.random.default_rng(1)
     a, b = rng.normal(0, 1, (1, 3, 40)), rng.normal(2, 3, (1, 3, 120))
@@ -72,7 +72,7 @@ def test_pooled_statistics_are_those_of_the_concatenation() -> None:
 
 
 def test_cache_round_trip_and_incomplete_files(tmp_path: Path) -> None:
-    from gateway.vocoder.names import Statistic
+    from gateway.kokoro.vocoder.names import Statistic
 
     stats = (Statistic("norm.000.mean", "mean", ""),)
     data = {"norm.000.mean": np.ones((1, 2, 1), np.float32)}
@@ -330,7 +330,7 @@ def test_bad_mode_and_unknown_voice(model: Model, vocoder: StreamingVocoder) -> 
 
 
 def test_cost_model_fits_a_line_and_follows_the_machine() -> None:
-    from gateway.vocoder.pacing import CostModel
+    from gateway.kokoro.vocoder.pacing import CostModel
 
     costs = CostModel()
     assert costs.predict(20) > 0 and not costs.seen  # a guess before any call

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import pytest_asyncio
 
-from gateway import voicecatalog
+from gateway.kokoro import voicecatalog
 from gateway.config import Settings
 from gateway.engines.embedded import EmbeddedEngine
 from gateway.errors import BadRequest
-from gateway.options import check_voice
+from gateway.core.options import check_voice
 
 from .conftest import embedded_engine
 
@@ -119,7 +119,7 @@ async def test_blend_ids_are_canonical() -> None:
 async def test_mandarin_without_its_dependencies_is_a_clear_error(monkeypatch) -> None:
     import sys
 
-    from gateway import g2p
+    from gateway.kokoro import g2p
 
     monkeypatch.setitem(sys.modules, "jieba", None)  # as if the package were not installed
     with pytest.raises(g2p.UnsupportedLanguage, match="jieba"):

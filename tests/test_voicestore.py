@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gateway import voicestore
+from gateway.kokoro import voicestore
 from gateway.config import Settings
 from gateway.engines.embedded import EmbeddedEngine, load_voice_packs
-from gateway.voicestore import PACK_BYTES, VoiceStoreError
+from gateway.kokoro.voicestore import PACK_BYTES, VoiceStoreError
 
 
 def make_tarball(path: Path, files: dict[str, bytes]) -> Path:

@@ -15,7 +15,7 @@ import pytest
 
 from bench.client import sse_stream, ws_stream
 from gateway.engines.fake import FakeEngine
-from gateway.timestamps import WordTimes, words_of
+from gateway.kokoro.timestamps import WordTimes, words_of
 
 from .conftest import Server, fake_settings
 
@@ -127,7 +127,7 @@ async def test_words_come_through_the_model_container_with_the_same_times(http: 
     """A GPU deployment gives the same events: gateway (container engine) -> the model
     container's own app (here on the fake engine) -> words on the gateway's channels."""
     from bench.servers import serve_app, serve_gateway
-    from gateway.container import STREAM_PATH, make_container_app
+    from gateway.web.container import STREAM_PATH, make_container_app
     from gateway.engines.fake import FakeEngine
 
     settings = fake_settings()
@@ -156,7 +156,7 @@ async def test_container_path_times_each_word_once(http: aiohttp.ClientSession) 
     cut in two, with two ``words`` events, and the pipeline added the first part's audio to the
     second part's times again: "four" landed past the end of the audio."""
     from bench.servers import serve_app, serve_gateway
-    from gateway.container import STREAM_PATH, make_container_app
+    from gateway.web.container import STREAM_PATH, make_container_app
 
     text = "Yes. One two three, four five six."
     settings = fake_settings()

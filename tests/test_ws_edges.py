@@ -165,7 +165,7 @@ async def test_a_start_waiting_for_the_engine_is_not_idle(http) -> None:
     """Issue 22, item 3: a client whose ``start`` waits for the engine to load has a message
     in hand: no idle close however long the load takes (here 3 idle timeouts)."""
     from bench.servers import serve_app
-    from gateway.app import make_app
+    from gateway.web.app import make_app
 
     settings = fake_settings(ws_idle_timeout_s=0.2)
     engine = SlowLoadingEngine(settings)

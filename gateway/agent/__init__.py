@@ -11,13 +11,12 @@ import os
 
 from ..config import Settings
 from .base import Agent, AgentError, AgentTimeout, AgentUnavailable, Message, one_turn
-from .conversation import AGENT_CODES, Conversation, Turn
 from .simulated import REPLIES, SimulatedAgent, pick_reply, tokenize
 
 BACKENDS = ("simulated", "openai", "bedrock")
 
-__all__ = ["AGENT_CODES", "BACKENDS", "REPLIES", "Agent", "AgentError", "AgentTimeout", "AgentUnavailable",
-           "Conversation", "Message", "SimulatedAgent", "Turn", "create_agent", "one_turn", "pick_reply", "tokenize"]
+__all__ = ["BACKENDS", "REPLIES", "Agent", "AgentError", "AgentTimeout", "AgentUnavailable",
+           "Message", "SimulatedAgent", "create_agent", "one_turn", "pick_reply", "tokenize"]
 
 
 def create_agent(settings: Settings, env: dict[str, str] | None = None) -> Agent:

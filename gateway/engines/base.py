@@ -7,7 +7,7 @@ the engine's remaining work for that segment: that is how a client's ``cancel`` 
 reaches the model.
 
 With ``timestamps=True`` (asked only of an engine that declares ``Capabilities.timestamps``)
-the iterator also yields a ``gateway.timestamps.WordTimes`` before the audio it describes: the
+the iterator also yields a ``gateway.kokoro.timestamps.WordTimes`` before the audio it describes: the
 words of that audio, as written, in samples at ``sample_rate`` from the first sample of the
 segment's audio as yielded (trimmed silence accounted for), clamped into it. A segment made
 in several model calls (over 510 phonemes) yields one per call, each before that call's audio
@@ -15,7 +15,7 @@ and already offset by the audio yielded before it. Without ``timestamps`` only b
 
 What an engine can do (voices, speeds, vocoder modes, ...) it declares once, in its
 ``capabilities``; request options are checked against that declaration in one place
-(``gateway.options``), so ``synthesize`` takes its arguments as given.
+(``gateway.core.options``), so ``synthesize`` takes its arguments as given.
 """
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from dataclasses import dataclass, fields
 from typing import Any, AsyncIterator, Protocol, TypeVar, runtime_checkable
 
 from ..errors import NotReady
-from ..timestamps import WordTimes
-from ..voicecatalog import Voice
+from ..kokoro.timestamps import WordTimes
+from ..kokoro.voicecatalog import Voice
 
 S = TypeVar("S")
 MIN_SPEED, MAX_SPEED = 0.5, 2.0  # Kokoro's speeds (the usual declaration)
@@ -87,7 +87,7 @@ class Engine(Protocol):
                    buffered_s: float = 0.0, timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:
         """Yield s16le mono PCM chunks for ``text``. Raise ``EngineError`` on failure.
 
-        The arguments are taken as given: ``gateway.options`` checked them against
+        The arguments are taken as given: ``gateway.core.options`` checked them against
         ``capabilities``. Hints for engines that stream inside a segment (the others ignore
         them): ``vocoder`` picks the mode (None: the declared default), and ``buffered_s`` is
         the audio the listener holds and has not heard yet, as the core estimates it. With

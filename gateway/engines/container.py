@@ -1,6 +1,6 @@
 """The container engine: synthesis in a model container reached over its WebSocket.
 
-It speaks the container's ``/invocations-bidirectional-stream`` (see ``gateway.container``):
+It speaks the container's ``/invocations-bidirectional-stream`` (see ``gateway.web.container``):
 for each segment it sends ``start`` (``format=pcm``, the voice and speed, ``first_clause: false``:
 the text is one segment, not to be cut again), ``text`` and ``end``,
 then yields the binary PCM frames as they arrive until ``done``. The container does not close
@@ -33,7 +33,7 @@ from yarl import URL
 
 from ..config import Settings, section
 from ..errors import CLIENT_CODES, BadRequest, EngineError, EngineTimeout, GatewayError, NotReady
-from ..timestamps import WordTimes, words_event
+from ..kokoro.timestamps import WordTimes, words_event
 from .base import EngineBase, Voice
 
 log = logging.getLogger(__name__)

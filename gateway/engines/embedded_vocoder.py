@@ -14,12 +14,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from ..floatgraph import graph_bytes
-from ..onnx_sessions import release_freed_memory
-from ..vocoder import Policy, StreamingVocoder, default_cache_dir
-from ..vocoder.calibrate import Stopped
-from ..vocoder.chunked import FRAME_S
-from .onnx_kokoro import KokoroModel, load_model_bytes, shipped_sha256
+from ..kokoro.floatgraph import graph_bytes
+from ..kokoro.onnx_sessions import release_freed_memory
+from ..kokoro.vocoder import Policy, StreamingVocoder, default_cache_dir
+from ..kokoro.vocoder.calibrate import Stopped
+from ..kokoro.vocoder.chunked import FRAME_S
+from ..kokoro.onnx_model import KokoroModel, load_model_bytes, shipped_sha256
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..config import Settings, section
 from ..errors import EngineError
-from ..timestamps import Word, WordTimes, words_of
+from ..kokoro.timestamps import Word, WordTimes, words_of
 from .base import EngineBase, Voice
 
 WORD_S = 0.18

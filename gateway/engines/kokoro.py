@@ -32,12 +32,12 @@ import numpy as np
 
 from ..config import Settings, section
 from ..errors import BadRequest, EngineError, NotReady
-from ..g2p import ROUTES
-from ..kokoro_parts import (
+from ..kokoro.g2p import ROUTES
+from ..kokoro.parts import (
     MAX_TOKENS, SAMPLE_RATE, Blends, Rendered, Segment, choose_default, describe_voices, known_symbols, load_voice_packs,
     phonemize_words, split_phonemes,
 )
-from ..timestamps import SegmentWords, WordTimes
+from ..kokoro.timestamps import SegmentWords, WordTimes
 from .base import EngineBase
 from .batcher import MicroBatcher, batch_size
 
@@ -111,7 +111,7 @@ class TorchKokoro:
         import torch
         from kokoro.model import KModel
 
-        from ..g2p import Phonemizer
+        from ..kokoro.g2p import Phonemizer
 
         t0 = time.perf_counter()
         config = json.loads(files.config.read_text("utf-8"))

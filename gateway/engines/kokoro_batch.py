@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import EngineError
-from ..kokoro_parts import Rendered, Segment
+from ..kokoro.parts import Rendered, Segment
 
 SEED = 0  # every segment's source noise starts here: the same text sounds the same each time
 

@@ -33,8 +33,8 @@ from typing import Any, AsyncIterator
 
 from ..config import Settings
 from ..errors import EngineError, EngineTimeout, GatewayError
-from ..kokoro_parts import choose_default, describe_voices
-from ..timestamps import WordTimes
+from ..kokoro.parts import choose_default, describe_voices
+from ..kokoro.timestamps import WordTimes
 from .base import EngineBase
 from .container import SAMPLE_RATE, container_error
 from .sagemaker_stream import OPEN_TIMEOUT_S, StreamTransport, crt_transport, require_http2_sdk

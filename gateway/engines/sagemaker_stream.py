@@ -22,7 +22,7 @@ import sys
 from typing import Any, AsyncIterator
 
 from ..errors import EngineError, EngineTimeout, NotReady
-from ..timestamps import WordTimes, words_event
+from ..kokoro.timestamps import WordTimes, words_event
 from .container import SAMPLE_RATE, container_event
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ from gateway.engines.fake import FakeEngine
 from gateway.engines.sagemaker import SageMakerEngine, SageMakerOptions, crt_transport
 from gateway.errors import EngineError
 from tests.support.sagemaker_stub import Stub, TlsFiles, make_test_certs, serve_bidi
-from gateway.segmenter import split_text
+from gateway.core.segmenter import split_text
 
 from ..conftest import fake_settings, free_port
 from ..test_container import Container, running_container
@@ -296,7 +296,7 @@ async def test_stream_mode_forwards_the_containers_words(certs: TlsFiles) -> Non
     before its sentence's audio; not asked for, they are dropped."""
     from yarl import URL
 
-    from gateway.timestamps import WordTimes, words_of
+    from gateway.kokoro.timestamps import WordTimes, words_of
 
     from ..test_engine_words import stand_in
 

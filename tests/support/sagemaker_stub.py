@@ -2,7 +2,7 @@
 
 Tests (and local trials) point the ``sagemaker`` engine at it instead of the service. It
 serves the two runtime routes the engine uses and forwards each to a model container
-(``gateway.container``) the way the service and its in-instance sidecar do:
+(``gateway.web.container``) the way the service and its in-instance sidecar do:
 
 * ``POST /endpoints/{name}/invocations`` (``InvokeEndpoint``, what boto3 calls): an aiohttp
   app over HTTP/1.1 (``make_invocations_app``). The body goes to the container's

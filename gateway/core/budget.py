@@ -1,0 +1,223 @@
+"""The engine's real-time budget: who it can serve gaplessly, and when a newcomer can start.
+
+Every admitted live reply (a ``Member``: the pipeline, through its listener) describes the
+engine work it still needs as a ``Stream`` of ``Job``s: each segment's forecast compute (live
+speed, stretched by the safety margin) and its deadline, the moment the listener's buffer
+runs dry without it. ``edf`` plays that work out as the scheduler (``scheduler.py``) will:
+the engine's slots, busy first with the calls running now, take the earliest deadline whose
+segment is ready (a reply's segments go one after another). A listener stalls where a
+segment finishes after its deadline.
+
+A newcomer's forecast start is the earliest start ``S`` at which its own segments (deadline
+``S`` + the audio before each) and everyone else's are all met, ``forecast``; it is admitted
+at once when ``S`` is at most ``max_start_s`` (or what it would need on an idle engine, so a
+session alone is never held back); otherwise it waits in the queue (its ``ready`` says how
+long: ``queued_ms``) or, when the wait would pass ``queue_timeout_s``, is refused with
+``overloaded`` and a ``Retry-After`` of the forecast wait. Nobody admitted stalls because of
+someone who came after them: admission needs every admitted deadline met (or no later than
+it would be anyway, on a machine that already runs behind).
+
+``load`` is the engine-seconds per second the admitted listeners need while they play (each
+listener's live RTF, over the slots), with the work queued now (``backlog_s``) beside it.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence
+
+from .edf import HORIZON_S, Job, Stream, edf, forecast, late, newcomer
+from ..errors import Overloaded
+
+if TYPE_CHECKING:
+    from ..config import Settings
+    from .scheduler import EngineScheduler
+    from .speed import LiveSpeed
+
+__all__ = ["ADMIT", "Budget", "Job", "Member", "Stream", "Verdict", "edf", "late", "newcomer", "planned"]
+
+log = logging.getLogger(__name__)
+
+TYPICAL_AUDIO_S = 8.0  # a reply whose text is not known yet (a WebSocket before its text)
+SEGMENT_S = 3.0  # ... cut into segments of about this much audio
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    start_s: float  # forecast playback start from now (inf: not within the horizon)
+    alone_s: float  # the same on an idle engine
+    wait_s: float  # 0: admitted now; else the forecast wait in the queue
+
+    def to_fields(self) -> dict[str, float]:
+        return {"queued_ms": round(self.wait_s * 1000), "start_forecast_ms": round(min(self.start_s, HORIZON_S) * 1000)}
+
+
+ADMIT = Verdict(0.0, 0.0, 0.0)
+
+
+class Member(Protocol):
+    def stream(self, now: float, running: float | None) -> Stream:
+        """The work still to do; ``running``: the compute left in this member's call that is
+        running now (None when it has none running)."""
+        ...
+
+
+def planned(audio: Sequence[float]) -> list[float]:
+    """``audio`` itself, or a nominal reply's segments when it is not known yet."""
+    if audio:
+        return list(audio)
+    n = max(1, round(TYPICAL_AUDIO_S / SEGMENT_S))
+    return [TYPICAL_AUDIO_S / n] * n
+
+
+class Budget:
+    """The admitted members, the queue of those waiting, and the verdict for a newcomer."""
+
+    def __init__(self, speed: "LiveSpeed", scheduler: "EngineScheduler", settings: "Settings",
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.speed, self.scheduler, self.clock = speed, scheduler, clock
+        self.max_start_s = settings.max_start_s
+        self.queue_timeout_s = settings.queue_timeout_s
+        self.max_queued = settings.max_queued_sessions
+        self.safety_floor = settings.preroll_safety
+        self.enabled = True  # off: everyone is admitted at once (the model container)
+        self.members: list[Member] = []
+        self.queue: list[object] = []  # tickets of members waiting, first come first
+        self._changed = asyncio.Event()
+
+    # -- the state ------------------------------------------------------------------------
+    def add(self, member: Member) -> None:
+        if member not in self.members:
+            self.members.append(member)
+        self.changed()
+
+    def remove(self, member: Member) -> None:
+        if member in self.members:
+            self.members.remove(member)
+        self.changed()
+
+    def changed(self) -> None:
+        """Something freed engine time (a call ended, a member left): queued sessions look again."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def contended(self) -> bool:
+        """Could anyone wait for the engine? Not while it has a slot for every member, every
+        running call and a newcomer (the fake engine, remote endpoints): then each reply's own
+        forecast is the whole story, and nothing here needs to look at the others (a capacity
+        run holds thousands of sessions)."""
+        return self.scheduler.slots <= len(self.members) + len(self.scheduler.running)
+
+    def slots(self) -> int:
+        """Slots that matter: an engine with more slots than calls and members (and a newcomer)
+        never makes anyone wait."""
+        return min(self.scheduler.slots, len(self.members) + len(self.scheduler.running) + 1)
+
+    def streams(self, exclude: object = None) -> tuple[list[Stream], list[float]]:
+        """Every member's remaining work now, and when each slot is free."""
+        now = self.clock()
+        running: dict[int, float] = {}
+        left_s = self.scheduler.remaining_s()  # once: the same instant for every part
+        for call, left in zip(self.scheduler.running, left_s):
+            if call.owner is not None:
+                running[id(call.owner)] = left
+        busy = sorted(left_s)  # each running call holds its slot that long
+        free = busy + [0.0] * (self.slots() - len(busy))
+        streams = []
+        for m in self.members:
+            listener = getattr(m, "listener", m)
+            if exclude is not None and exclude in (m, listener):
+                continue
+            streams.append(m.stream(now, running.get(id(listener))))
+        return [s for s in streams if s.jobs], free
+
+    def safety(self) -> float:
+        """The stretch of every forecast here: the learned margin, never below the floor (what
+        admission promises must hold on a machine noisier than the replies it learned from)."""
+        return max(self.safety_floor, self.speed.safety(self.safety_floor))
+
+    def load(self, exclude: object = None) -> float:
+        """Engine-seconds per second the admitted listeners need while they play, per slot."""
+        streams, _ = self.streams(exclude)
+        need = sum(sum(j.work_s for j in s.jobs) / max(1e-3, sum(j.audio_s for j in s.jobs)) for s in streams)
+        return round(need / max(1, min(self.scheduler.slots, max(1, len(streams)))), 3)
+
+    def headroom(self, listener: object, rtf: float) -> bool:
+        """Can the engine give ``listener`` ``rtf`` engine-seconds per second beside the others'?"""
+        if not self.contended():
+            return True
+        streams, _ = self.streams(exclude=listener)
+        if not streams or self.scheduler.slots > len(streams):
+            return True
+        need = sum(sum(j.work_s for j in s.jobs) / max(1e-3, sum(j.audio_s for j in s.jobs)) for s in streams)
+        return need + rtf <= self.scheduler.slots
+
+    def backlog_s(self) -> float:
+        streams, free = self.streams()
+        return round(sum(free) + sum(j.work_s for s in streams for j in s.jobs), 3)
+
+    def snapshot(self) -> dict[str, float]:
+        return {"load": self.load(), "backlog_s": self.backlog_s(), "listeners": len(self.members),
+                "queued": len(self.queue), "max_start_s": self.max_start_s}
+
+    # -- admission ------------------------------------------------------------------------
+    def plan(self, audio: Sequence[float], mode: str | None) -> tuple[list[float], list[float]]:
+        """Work and audio of a reply's segments (``audio`` s each; a nominal reply when empty)."""
+        audio = planned(audio)
+        k = self.safety()
+        return [k * self.speed.predict(mode, a) for a in audio], audio
+
+    def verdict(self, audio: Sequence[float], mode: str | None, exclude: object = None) -> Verdict:
+        work, seg_audio = self.plan(audio, mode)
+        others, free = self.streams(exclude) if self.contended() else ([], [0.0])
+        start, alone = forecast(others, work, seg_audio, free)
+        limit = max(self.max_start_s, alone)
+        return Verdict(start, alone, 0.0 if start <= limit + 1e-6 else start - limit)
+
+    def admit(self, audio: Sequence[float], mode: str | None) -> Verdict:
+        """The verdict for a new session (``audio``: its segments' forecast audio; empty: not
+        known yet, a nominal reply), or ``Overloaded`` when it must be refused."""
+        if not self.enabled:
+            return ADMIT
+        v = self.verdict(audio, mode)
+        if v.wait_s == 0.0 and not self.queue:
+            return v
+        wait = v.wait_s if v.wait_s > 0 else self.max_start_s  # behind the queue: at least one turn
+        if wait > self.queue_timeout_s or len(self.queue) >= self.max_queued:
+            retry = wait if math.isfinite(wait) else self.queue_timeout_s
+            log.warning("refused a listener: forecast start %.2f s (%.2f s alone), %d listeners, %d queued, "
+                        "load %.2f", v.start_s, v.alone_s, len(self.members), len(self.queue), self.load())
+            raise Overloaded(f"the engine is fully booked: a new listener could start in {retry:.1f} s at the "
+                             f"earliest (limit {self.max_start_s:g} s); retry then",
+                             retry_after=max(1.0, min(60.0, retry)))
+        return Verdict(v.start_s, v.alone_s, wait)
+
+    async def enter(self, member: Member, audio: Callable[[], Sequence[float]], mode: str | None,
+                    verdict: Verdict) -> None:
+        """Join the admitted members: at once when ``verdict`` says so, else after waiting in
+        the queue (first come first) until its forecast start is within the limit."""
+        if verdict.wait_s == 0.0 and not self.queue:
+            self.add(member)
+            return
+        ticket = object()
+        self.queue.append(ticket)
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + verdict.wait_s + self.queue_timeout_s
+        try:
+            while not (self.queue[0] is ticket and self.verdict(audio(), mode).wait_s == 0.0):
+                if loop.time() >= give_up:
+                    raise Overloaded("the engine stayed fully booked while this session waited; retry shortly",
+                                     retry_after=max(1.0, self.max_start_s))
+                event = self._changed
+                try:  # (not wait_for: on 3.11 it can swallow a cancel that comes with the timeout)
+                    async with asyncio.timeout(0.25):  # playback moves deadlines too: look again
+                        await event.wait()
+                except TimeoutError:
+                    pass
+            self.add(member)
+        finally:
+            self.queue.remove(ticket)
+            self.changed()

@@ -1,0 +1,217 @@
+"""What the listener holds, and the schedule that follows from it and the engine's live speed.
+
+One ``Listener`` per reply. Before each segment the synthesis stage asks it whether to wait
+(``lookahead_s``), which vocoder mode the segment gets (``mode_for``) and what ``preroll_ms`` a
+player should hold; the stages tell it the audio made (``made``) and when the first payload
+went out (``first_audio``). A batch reply has no listener yet (``live=False``): no waits, and
+the mode it was given for every segment.
+
+Across sessions it is what the engine's scheduler and budget read: ``deadline`` (when the
+listener's buffer runs dry: the player's estimated start, once it holds the preroll it was
+told, or the start it was promised at admission, plus the audio made) and ``stream`` (the
+engine work its remaining segments need, each with its deadline). With other listeners on
+the engine, ``preroll_ms`` plays out everyone's work as the scheduler will (``budget.edf``):
+the work queued ahead of this listener counts, not only its own text.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Callable, Sequence
+
+from .budget import Job, Stream, edf
+from ..config import Settings
+from .options import StreamOptions
+from .margins import needed_stretch, scaled
+from .schedule import forecast, preroll_from, preroll_s
+from .speed import DEFAULT, LiveSpeed
+
+if TYPE_CHECKING:
+    from .budget import Budget
+
+SHARED = "shared"  # the margins' bucket of replies forecast beside other listeners' work
+
+
+def preroll_ms(speed: LiveSpeed, settings: Settings, rate: float, texts: Sequence[str],
+               held_s: float, modes: Sequence[str | None]) -> int:
+    """Audio (ms) a player should hold before it starts or resumes, for ``texts`` still to
+    come (each synthesized in its mode of ``modes``) and ``held_s`` of audio it has not heard,
+    at the engine's live speed; ``rate`` is the speaking rate asked for."""
+    segments = forecast(texts, modes, speed, rate)
+    bucket = (modes[0] if modes else None) or DEFAULT  # the margin learned for replies starting so
+    return round(1000 * preroll_s(segments, held_s, speed.safety(settings.preroll_safety, bucket)))
+
+
+class Listener:
+    def __init__(self, speed: LiveSpeed, settings: Settings, options: StreamOptions, *,
+                 requested: str | None, sample_rate: int, live: bool = True,
+                 budget: "Budget | None" = None, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.speed, self.settings, self.options = speed, settings, options
+        self.requested = requested  # the vocoder mode the request asked for (or the engine's)
+        self.sample_rate, self.live = sample_rate, live
+        self.budget, self.clock = budget, clock
+        self.samples = 0  # audio made for this reply
+        self.segment_samples = 0  # ... of it in the segment being made
+        self.t_created = clock()
+        self.t_first_audio: float | None = None  # clock of the first audio payload
+        self.promised_start: float | None = None  # clock: the start forecast at admission
+        self.preroll_told_s = 0.0  # the preroll in force for the player
+        self.t_play: float | None = None  # clock: when the player held that preroll (its start)
+        # the first forecast of a reply whose whole text it saw (as the preroll it gives at each
+        # stretch), and the arrivals since: what the margins learn from
+        self.plan: tuple[Callable[[float], float], float, str] | None = None
+        self.arrivals: list[tuple[float, float]] = []
+
+    def made(self, samples: int) -> None:
+        self.samples += samples
+        self.segment_samples += samples
+        if self.plan is not None:
+            self.arrivals.append((self.clock() - self.plan[1], samples / self.sample_rate))
+        if self.t_play is None and self.samples / self.sample_rate >= self.preroll_told_s - 1e-9:
+            self.t_play = self.clock()
+
+    def first_audio(self) -> None:
+        self.t_first_audio = self.clock()
+
+    def deadline(self) -> float:
+        """When the listener runs dry unless more audio comes (the engine queue's order)."""
+        made = self.samples / self.sample_rate
+        if not self.live:  # nobody plays it yet: behind every listener, never starved
+            return self.t_created + self.settings.lookahead_s + made
+        if held := self.options.buffered_s:
+            return self.t_created + held + made
+        base = self.t_play if self.t_play is not None else self.promised_start
+        return (base if base is not None else self.t_created) + made
+
+    def stream(self, audio: Sequence[float], now: float, running: float | None, current: bool) -> Stream:
+        """The engine work of segments of ``audio`` s (``audio[0]`` the segment being made when
+        ``current``), each due when the listener would run dry without it; ``running``: the
+        compute left in this listener's call on the engine now."""
+        speed, mode = self.speed, self.later_mode()
+        k = self.budget.safety() if self.budget is not None else speed.safety(self.settings.preroll_safety)
+        due, release, jobs = self.deadline() - now, 0.0, []
+        for i, a in enumerate(audio):
+            left = max(0.0, a - self.segment_samples / self.sample_rate) if i == 0 and current else a
+            if i == 0 and current and running is not None:
+                release = running  # on the engine now: its slot is busy that long
+            elif a > 0:
+                jobs.append(Job(k * speed.predict(mode, a) * left / a, due, left))
+            due += left
+        return Stream(tuple(jobs), release)
+
+    def audio_of(self, texts: Sequence[str]) -> list[float]:
+        return [self.speed.audio_s(t, self.options.speed) for t in texts]
+
+    def buffered_s(self) -> float:
+        """Audio made for the listener that they have not heard yet (0 before the first):
+        a player that starts at the first payload and plays in real time. With the option
+        ``buffered_s`` (audio the listener held before this reply), that plays first."""
+        if not self.live:
+            return 0.0
+        made = self.samples / self.sample_rate
+        if held := self.options.buffered_s:
+            return max(0.0, held + made - (self.clock() - self.t_created))
+        if self.t_first_audio is None:
+            return 0.0
+        return max(0.0, made - (self.clock() - self.t_first_audio))
+
+    def mode_for(self, text: str) -> str | None:
+        """The vocoder mode for this segment. ``frozen-first`` streams inside a segment only
+        when it pays: a segment whose whole synthesis is forecast to finish while the listener
+        still has audio goes exact (less compute, exact sound), and so does every segment after
+        the first when even streamed synthesis is slower than real time (the player holds a
+        preroll then, and the exact path, which costs less, fills it sooner), and every
+        segment when the other listeners leave the engine no headroom for it."""
+        if self.requested != "frozen-first" or not self.live:
+            return self.requested
+        speed = self.speed
+        need = speed.predict("exact", speed.audio_s(text, self.options.speed))
+        if self.buffered_s() >= speed.safety(self.settings.preroll_safety) * need:
+            return "exact"
+        if self.t_first_audio is not None and self._streaming_too_slow():
+            return "exact"
+        k = speed.safety(self.settings.preroll_safety)
+        if self.budget is not None and not self.budget.headroom(self, k * speed.rtf("frozen-first")):
+            return "exact"  # streaming inside a segment costs more than the engine has spare
+        return self.requested
+
+    def _streaming_too_slow(self) -> bool:
+        speed = self.speed
+        return speed.rtf("frozen-first") * speed.safety(self.settings.preroll_safety) >= 1.0
+
+    def later_mode(self) -> str | None:
+        """The mode a segment after the next one is forecast to get."""
+        if self.requested == "frozen-first" and self._streaming_too_slow():
+            return "exact"
+        return self.requested
+
+    def preroll_ms(self, texts: Sequence[str], mode: str | None, complete: bool = False) -> int:
+        """``preroll_ms`` for a player now; ``texts[0]`` is the segment starting (in ``mode``),
+        the rest what is forecast to follow it; ``complete``: they are the whole reply, and
+        nothing was made yet (the forecast the margins learn from)."""
+        later = self.later_mode()
+        modes = [mode if k == 0 else later for k in range(len(texts))]
+        shared = self.shared_preroll_s(texts)
+        if complete and self.live and self.plan is None:
+            self.plan = self._plan(texts, modes, mode)
+        ms = (round(1000 * shared) if shared is not None else
+              preroll_ms(self.speed, self.settings, self.options.speed, texts, self.buffered_s(), modes))
+        if self.t_play is None:
+            self.preroll_told_s = ms / 1000
+        return ms
+
+    def learn(self) -> None:
+        """The reply is made: what its arrivals needed tunes the margins (``margins.py``)."""
+        if self.plan is not None and self.arrivals:
+            preroll_at, _, bucket = self.plan
+            self.speed.margins.observe(bucket, needed_stretch(preroll_at, self.arrivals))
+            self.plan = None
+
+    def _plan(self, texts: Sequence[str], modes: Sequence[str | None],
+              mode: str | None) -> tuple[Callable[[float], float], float, str]:
+        """The forecast a reply starts with, as the preroll it gives at each stretch."""
+        if (shared := self._shared_pieces(texts)) is not None:
+            pieces, k = shared
+            return (lambda s: preroll_from(scaled(pieces, s / k))), self.clock(), SHARED
+        segments = forecast(texts, modes, self.speed, self.options.speed)
+        return (lambda s: preroll_s(segments, 0.0, s)), self.clock(), mode or DEFAULT
+
+    def shared_preroll_s(self, texts: Sequence[str]) -> float | None:
+        """The preroll with the other listeners' work on the engine (None: it has no others):
+        this reply's segments finish where the scheduler will serve them, stretched by the
+        margin replies shared this way needed where that is more than the budget's."""
+        shared = self._shared_pieces(texts)
+        if shared is None:
+            return None
+        pieces, k = shared
+        learned = self.speed.margins.factor(SHARED)  # (never under the budget's own: its promises)
+        return preroll_from(scaled(pieces, learned / k) if learned and learned > k else pieces, self.buffered_s())
+
+    def _shared_pieces(self, texts: Sequence[str]) -> tuple[list[tuple[float, float, float]], float] | None:
+        """(arrival, audio, position) of this reply's segments where the scheduler will serve
+        them beside the others' work, forecast at the budget's stretch (returned with them)."""
+        if self.budget is None or not self.live or not self.budget.contended():
+            return None
+        others, free = self.budget.streams(exclude=self)
+        if not others and not any(free):
+            return None
+        mine = self.stream(self.audio_of(texts), self.clock(), None, current=False)
+        finish = edf([*others, mine], free or [0.0])[-1]
+        pieces, position = [], 0.0
+        for job, at in zip(mine.jobs, finish):
+            pieces.append((at, job.audio_s, position))
+            position += job.audio_s
+        return pieces, self.budget.safety()
+
+    async def wait(self, pending: Sequence[str]) -> None:
+        """Far enough ahead of the listener (``lookahead_s`` beyond what the next segments are
+        forecast to take): wait until that is no longer so. One timer per segment."""
+        horizon = self.settings.lookahead_s
+        if not self.live or horizon <= 0 or self.t_first_audio is None:
+            return
+        speed = self.speed
+        need = sum(speed.predict(self.requested, speed.audio_s(t, self.options.speed))
+                   for t in list(pending)[: max(1, self.settings.lookahead)])
+        excess = self.buffered_s() - horizon - speed.safety(self.settings.preroll_safety) * need
+        if excess > 0:
+            await asyncio.sleep(excess)

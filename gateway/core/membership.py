@@ -1,0 +1,55 @@
+"""A reply as a member of the engine's real-time budget (``budget.py``): the pipeline's side.
+
+``Pipeline`` inherits this: what work it still needs (``stream``, read by the budget and the
+scheduler's forecasts), the verdict on the session it opens (``admitted``) and the wait in the
+queue before its first segment (``enter_budget``).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .budget import ADMIT, Stream, Verdict
+
+if TYPE_CHECKING:
+    from ..config import Settings
+    from .listener import Listener
+    from .synthesis import SynthesisHub
+
+
+class BudgetMember:
+    hub: "SynthesisHub"
+    listener: "Listener"
+    settings: "Settings"
+    t_input: float | None
+    current: str | None  # the segment being synthesized
+    planned: list[float]  # audio (s) per segment the budget admitted it for
+    verdict: Verdict | None  # the budget's, for a reply that opens a session
+
+    def _forecast_texts(self, current: str | None) -> list[str]:
+        raise NotImplementedError
+
+    def stream(self, now: float, running: float | None) -> Stream:
+        """The engine work this reply still needs; before any input, the reply it was admitted for."""
+        if self.t_input is None and self.planned:
+            return self.listener.stream(self.planned, now, None, current=False)
+        audio = self.listener.audio_of(self._forecast_texts(self.current))
+        return self.listener.stream(audio, now, running, current=self.current is not None)
+
+    def admitted(self, verdict: Verdict, planned: list[float]) -> None:
+        """The budget's verdict on the session this reply opens: admitted now (a member from
+        here on, its ``planned`` segments counted until its text comes) or queued."""
+        self.verdict, self.planned = verdict, planned
+        if verdict.wait_s == 0.0 and self.listener.live:
+            self.listener.promised_start = self.listener.clock() + min(verdict.start_s, self.settings.lookahead_s)
+            self.hub.budget.add(self)
+
+    async def enter_budget(self) -> None:
+        """Join the engine's admitted listeners: at once, or after the queue (``ready.queued_ms``)."""
+        budget, listener = self.hub.budget, self.listener
+        if not listener.live or self in budget.members:
+            return
+        audio = lambda: listener.audio_of(self._forecast_texts(None))  # noqa: E731
+        await budget.enter(self, audio, listener.requested, self.verdict or ADMIT)
+        if self.verdict is not None:  # it waited: the start forecast now
+            start = budget.verdict(audio(), listener.requested, self).start_s
+            listener.promised_start = listener.clock() + min(start, self.settings.lookahead_s)

@@ -1,0 +1,295 @@
+"""One reply as a pipeline: segmenter -> synthesis -> encoder -> channel.
+
+::
+
+    feed() -> Segmenter --texts--> synthesis stage --ready--> encoder stage --out--> channel
+                                   (SynthesisHub)             (one Encoder,         (WebSocket, SSE,
+                                                               Packetizer)           container, batch)
+
+Each stage is one task; each link is a queue, and the backpressure is the queues' own:
+
+* ``texts``: segments cut and not yet started. Unbounded on purpose: the reply's text is
+  bounded (``max_text_chars``), and the socket reader that feeds it must never wait, or a
+  ``cancel`` behind it could not get through.
+* ``ready``: one entry per segment, put before its synthesis starts, at most ``lookahead`` of
+  them (one at least): synthesis runs that many segments ahead of the one being encoded, no
+  more, and one after another. An entry is the segment's own queue: its ``sentence`` event,
+  then its PCM chunks as the hub yields them (bounded by the segment's length), then ``None``
+  (or the exception that ended it). A segment's ``WordTimes`` (engines that give them) come
+  before the PCM they describe, each on the segment's own timeline however many there are
+  (one per model call, or per clause from a model container); the encoder stage puts them on
+  the reply's timeline (the audio encoded before the segment, plus the encoder's lead-in a
+  player hears) as a ``words`` event.
+* ``out``: events for the channel (``OUT_EVENTS`` at most), which marks each one done once it
+  has sent it. A reply's first 100 ms are encoded alone and sent (``out.join()``) before the
+  rest of its first chunk is encoded; after that the bound is the backpressure: a client that
+  stops reading stops the encoder, which stops taking segments, which stops synthesis. (A join
+  after every chunk cost 10-15% more CPU per stream at 750 sessions: ``bench.capacity``.)
+
+The first segment makes no extra wait: each hop hands on a single item as soon as it exists.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..audio.encoders import Encoder
+from ..audio.resample import reply_encoder
+from .budget import Verdict
+from ..config import Settings
+from ..errors import GatewayError, NothingToSpeak
+from .heard import Transcript
+from .listener import Listener
+from .membership import BudgetMember
+from .options import StreamOptions
+from ..audio.payloads import Packetizer
+from .segmenter import Segmenter
+from .synthesis import SynthesisHub
+from ..kokoro.timestamps import WordTimes
+
+log = logging.getLogger(__name__)
+
+OUT_EVENTS = 8  # events between the encoder and the channel
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One core event. ``fields`` is what JSON carries; ``audio`` holds an audio payload."""
+
+    type: str
+    fields: dict[str, Any] = field(default_factory=dict)
+    audio: bytes = b""
+    cause: BaseException | None = None  # an ``error``'s exception, for an edge that raises it
+    end_ms: float = 0.0  # an ``audio`` payload's end on the reply's timeline (not on the wire)
+
+
+SegmentQueue = asyncio.Queue  # of Event (its sentence), WordTimes and bytes (PCM), then None or an exception
+
+
+def error_event(exc: BaseException) -> Event:
+    if isinstance(exc, GatewayError):
+        return Event("error", exc.to_dict(), cause=exc)
+    log.error("synthesis failed", exc_info=exc)
+    return Event("error", {"code": "internal_error", "message": "synthesis failed"}, cause=exc)
+
+
+class Pipeline(BudgetMember):
+    """One reply. ``feed``/``flush``/``end`` put text in; its events come out of ``out``."""
+
+    def __init__(self, hub: SynthesisHub, settings: Settings, options: StreamOptions,
+                 out: asyncio.Queue[Event], *, requested: str | None, live: bool = True,
+                 encoder: Callable[[], Encoder] | None = None) -> None:
+        s, o = settings, options
+        self.hub, self.settings, self.options, self.out = hub, settings, options, out
+        self.sample_rate = hub.engine.sample_rate
+        self.segmenter = Segmenter(first_clause_words=s.first_clause_words if o.first_clause else 0,
+                                   max_chars=s.max_segment_chars)
+        self.listener = Listener(hub.speed, s, o, requested=requested, sample_rate=self.sample_rate, live=live,
+                                 budget=hub.budget if live else None)
+        self.verdict: Verdict | None = None  # the real-time budget's, for a reply that opens a session
+        self.current: str | None = None  # the segment being synthesized
+        self.planned: list[float] = []  # audio (s) per segment the budget admitted it for
+        self.texts: asyncio.Queue[str | None] = asyncio.Queue()
+        self.pending: collections.deque[str] = collections.deque()  # in `texts`, for the forecast
+        self.ready: asyncio.Queue[SegmentQueue | None] = asyncio.Queue(maxsize=max(1, s.lookahead))
+        # the engine's rate in, the client's out (resampled); the timeline stays at the engine's
+        self.encoder = encoder() if encoder else reply_encoder(
+            o.format, in_rate=self.sample_rate, out_rate=o.sample_rate or self.sample_rate, bitrate=o.bitrate)
+        self.packer = Packetizer(o.format, chunk_bytes=o.chunk_bytes, frames_per_payload=s.frames_per_payload,
+                                 sample_rate=self.encoder.sample_rate)
+        self.lead_in = getattr(self.encoder, "delay_samples", 0)  # heard before the first sample
+        self.transcript = Transcript()  # what the reply said, when; what the listener heard
+        self.encoded = 0  # samples given to the encoder so far: the reply's timeline
+        self.ended = False
+        self.cut = self.segments_done = 0  # segments made by the segmenter / all encoded
+        self.t_input: float | None = None  # first input of this reply
+        self.stats = {"sentences": 0, "audio_bytes": 0, "payloads": 0}
+        self.ttfb_ms: float | None = None
+        self.first_segment_ms: float | None = None
+        self.tasks: list[asyncio.Task[None]] = [asyncio.create_task(self._synthesis_stage()),
+                                                asyncio.create_task(self._encoder_stage())]
+
+    # -- input: the segmenter -------------------------------------------------------------
+    def feed(self, text: str) -> None:
+        self.mark_input()
+        self._add(self.segmenter.feed(text))
+
+    def flush(self) -> None:
+        self.mark_input()
+        self._add(self.segmenter.flush())
+
+    def end(self) -> None:
+        self.flush()
+        self.ended = True
+        self.texts.put_nowait(None)
+
+    def mark_input(self) -> None:
+        if self.t_input is None:
+            self.t_input = time.perf_counter()
+
+    def _add(self, pieces: list[str]) -> None:
+        for piece in pieces:
+            if self.first_segment_ms is None:
+                self.first_segment_ms = self.elapsed_ms()
+            self.pending.append(piece)
+            self.texts.put_nowait(piece)
+            self.cut += 1
+
+    @property
+    def busy(self) -> bool:
+        """Segments are cut and not all encoded yet: the reply is at work."""
+        return self.cut > self.segments_done
+
+    def elapsed_ms(self) -> float:
+        return round((time.perf_counter() - (self.t_input or time.perf_counter())) * 1000, 1)
+
+    # -- synthesis ------------------------------------------------------------------------
+    async def _synthesis_stage(self) -> None:
+        segment: SegmentQueue | None = None
+        try:
+            index = 0
+            while (text := await self.texts.get()) is not None:
+                if index == 0:
+                    await self.enter_budget()
+                segment = SegmentQueue()
+                await self.ready.put(segment)  # waits while `lookahead` segments are queued
+                await self.listener.wait(self.pending)
+                self.pending.popleft()
+                self.current, self.listener.segment_samples = text, 0
+                await self._synthesize(segment, index, text)
+                self.current, segment, index = None, None, index + 1
+            self.hub.budget.remove(self)  # nothing more for the engine
+            self.listener.learn()
+            await self.ready.put(None)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # reaches the channel after the audio made before it
+            if segment is None:
+                segment = SegmentQueue()
+                await self.ready.put(segment)
+            segment.put_nowait(exc)
+
+    async def _synthesize(self, segment: SegmentQueue, index: int, text: str) -> None:
+        o, listener = self.options, self.listener
+        mode = listener.mode_for(text)
+        preroll = listener.preroll_ms(self._forecast_texts(text), mode, complete=index == 0 and self.ended)
+        segment.put_nowait(Event("sentence", {"index": index, "text": text, "t_ms": self.elapsed_ms(),
+                                              "preroll_ms": preroll}))
+        synth = self.hub.synthesize(text, voice=o.voice, speed=o.speed, mode=mode,
+                                    key_mode=listener.requested or "", buffered_s=listener.buffered_s(),
+                                    share=o.cache, slot=(listener.deadline(), listener))
+        made = 0
+        async with contextlib.aclosing(synth) as chunks:
+            async for pcm in chunks:
+                if isinstance(pcm, bytes):
+                    listener.made(len(pcm) // 2)
+                    made += len(pcm)
+                segment.put_nowait(pcm)
+        if not made and self.hub.metrics is not None:  # letters the voice cannot read: skipped
+            self.hub.metrics.skipped.inc()
+        segment.put_nowait(None)
+
+    def _forecast_texts(self, current: str | None) -> list[str]:
+        texts = [current] if current else []
+        texts += list(self.pending)
+        if not self.ended and (rest := self.segmenter.pending):
+            texts.append(rest)
+        return texts
+
+    # -- encoding ---------------------------------------------------------------------------
+    async def _encoder_stage(self) -> None:
+        try:
+            await self._encode_segments()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            await self.out.put(error_event(exc))
+
+    async def _encode_segments(self) -> None:
+        index, started = 0, -1
+        while (segment := await self.ready.get()) is not None:
+            base = self.encoded  # the segment's first sample on the reply's timeline
+            while (item := await segment.get()) is not None:
+                if isinstance(item, BaseException):
+                    await self.out.put(error_event(item))
+                    return
+                if isinstance(item, Event):  # the segment's `sentence`
+                    self.transcript.segment(index, item.fields["text"])
+                    await self.out.put(item)
+                    continue
+                if isinstance(item, WordTimes):  # on the segment's timeline, however many come
+                    await self.out.put(self._words(item, index, base))
+                    continue
+                if started < index:  # the segment's first audio: where it starts on the timeline
+                    started = index
+                    self.transcript.started(index, self._ms(self.encoded))
+                await self._encode(item, index)
+            self.transcript.complete(index)
+            index += 1
+            self.segments_done = index
+        if not self.listener.samples:  # never a reply that ends without a sound
+            await self.out.put(error_event(NothingToSpeak(
+                "nothing to speak: the text has no letter or digit the voice can read")))
+            return
+        await self._emit(self.packer.push(self.encoder.flush()) + self.packer.flush(), max(0, index - 1))
+        self.stats["sentences"] = index
+        await self.out.put(Event("done", self._done_fields()))
+
+    def _ms(self, samples: int) -> float:
+        """A point of the reply's audio as a player plays it, in ms (the encoder's lead-in first)."""
+        return round(1000 * (samples + self.lead_in) / self.sample_rate, 1)
+
+    def _words(self, times: WordTimes, index: int, base: int) -> Event:
+        words = times.to_ms(base + self.lead_in, self.sample_rate)
+        self.transcript.words(index, words)
+        return Event("words", {"sentence": index, "words": words})
+
+    async def _encode(self, pcm: bytes, index: int) -> None:
+        head = self.sample_rate // 10 * 2  # 100 ms of s16 samples
+        if self.ttfb_ms is None and len(pcm) > 2 * head:
+            # a reply's first 100 ms go out before the rest of its first chunk is encoded
+            # (a whole sentence takes 10-20 ms to encode: bench overhead)
+            self.encoded += head // 2
+            await self._emit(self.packer.push(self.encoder.encode(pcm[:head])), index)
+            await self.out.join()
+            pcm = pcm[head:]
+        self.encoded += len(pcm) // 2
+        await self._emit(self.packer.push(self.encoder.encode(pcm)), index)
+
+    async def _emit(self, payloads: list[bytes], sentence: int) -> None:
+        end_ms = self._ms(self.encoded)
+        for payload in payloads:
+            if self.ttfb_ms is None:
+                self.ttfb_ms = self.elapsed_ms()
+                self.listener.first_audio()
+            fields = {"seq": self.stats["payloads"], "sentence": sentence, "t_ms": self.elapsed_ms()}
+            self.stats["payloads"] += 1
+            self.stats["audio_bytes"] += len(payload)
+            await self.out.put(Event("audio", fields, payload, end_ms=end_ms))
+
+    def _done_fields(self) -> dict[str, Any]:
+        st = self.stats
+        return {"sentences": st["sentences"], "audio_ms": round(self.listener.samples / self.sample_rate * 1000, 1),
+                "audio_bytes": st["audio_bytes"], "payloads": st["payloads"], "ttfb_ms": self.ttfb_ms,
+                "first_segment_ms": self.first_segment_ms, "total_ms": self.elapsed_ms()}
+
+    async def stop(self, *, but: asyncio.Task[Any] | None = None) -> None:
+        """Stop every stage (the hub stops an engine call nobody else follows); ``but``: a
+        task of the pipeline's that stops the others and goes on (an agent turn that failed)."""
+        self.hub.budget.remove(self)
+        tasks = [task for task in self.tasks if task is not but]
+        for task in tasks:
+            task.cancel()
+        if not tasks:
+            return
+        # not `await task` under suppress(CancelledError): that would swallow a cancel of the
+        # task calling stop() too (a cancel of the failed agent turn that is stopping the rest)
+        await asyncio.wait(tasks)
+        for task in tasks:
+            if not task.cancelled() and (exc := task.exception()) is not None:
+                raise exc

@@ -1,0 +1,134 @@
+"""The engine's live speed: seconds of compute per second of audio, learned from every synthesis.
+
+Machines of one kind differ (the embedded model ran at RTF 0.31-0.35 on one, 0.88 on
+another) and a shared machine changes speed from one minute to the next, so nothing that
+schedules audio may rely on a constant: it asks ``LiveSpeed``. Every synthesis the gateway
+runs (a "flight", see ``synthesis.py``) reports its wall time, the audio it made and when its
+first audio came; recent calls weigh most (each call counts ``forget`` times less than the
+next one).
+
+Per vocoder mode, because an engine that streams inside a segment pays for it in compute.
+The wall time counts from the moment the call has one of the engine's slots (``scheduler.py``):
+waiting behind other sessions is the budget's to forecast, not the engine's speed.
+
+The margin forecasts are stretched by is learned from what replies' arrivals needed
+(``margins.py``), per mode, once a few replies were seen; before that it follows the calls'
+overruns.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .margins import Margins
+from ..kokoro.vocoder.pacing import CostModel
+
+DEFAULT = "default"  # the key of engines without vocoder modes (and of an unnamed mode)
+PRIOR_RTF = 1.0  # before any measurement: assume real time, the pessimistic side of most hosts
+PRIOR_OVERRUN = 0.3  # see LiveSpeed._overrun
+PRIOR_S_PER_CHAR = 0.065  # audio seconds per character of English at speed 1 (Kokoro, measured)
+
+
+@dataclass(slots=True)
+class _Mode:
+    costs: CostModel  # wall seconds against audio seconds, a line (fixed + per second)
+    wall: float = 0.0  # decayed sums, for the published ratio
+    audio: float = 0.0
+    first_frac: float = 1.0  # decayed mean share of a call's time before its first audio
+    weight: float = 0.0
+    calls: int = 0
+
+
+class LiveSpeed:
+    """Smoothed speed per mode, and how much audio a character of text makes."""
+
+    def __init__(self, forget: float = 0.8, prior_rtf: float = PRIOR_RTF) -> None:
+        self.forget = forget
+        self.prior_rtf = prior_rtf
+        self._modes: dict[str, _Mode] = {}
+        self._chars = [0.0, 0.0]  # decayed audio seconds x speed, characters
+        # decayed mean square of how far calls of any mode ran over their forecast (0.2: 20%
+        # slower): the machine's state, so a slowdown seen in one mode counts for all
+        # until calls say otherwise, assume they overrun by PRIOR_OVERRUN (one pseudo-call):
+        # the first reply after start-up is the one whose player cannot be corrected in time
+        self._overrun = [1.0, PRIOR_OVERRUN ** 2]  # weight, sum of squares
+        self.margins = Margins()
+
+    def observe(self, mode: str | None, audio_s: float, wall_s: float, first_s: float,
+                *, chars: int = 0, speed: float = 1.0) -> None:
+        """One finished synthesis: ``audio_s`` of audio in ``wall_s``, the first after ``first_s``."""
+        if audio_s <= 0 or wall_s <= 0:
+            return
+        m = self._modes.setdefault(mode or DEFAULT, _Mode(CostModel(self.forget)))
+        f = self.forget
+        if m.calls:  # how wrong the forecast was, before this call moves it
+            over = max(0.0, wall_s / max(m.costs.predict(audio_s), 1e-6) - 1.0)  # type: ignore[arg-type]
+            w, sq = self._overrun
+            self._overrun = [w * f + 1.0, sq * f + over * over]
+        m.costs.observe(audio_s, wall_s)  # type: ignore[arg-type]  # the line takes any number
+        m.wall, m.audio = m.wall * f + wall_s, m.audio * f + audio_s
+        m.first_frac = (m.first_frac * m.weight * f + min(1.0, first_s / wall_s)) / (m.weight * f + 1.0)
+        m.weight = m.weight * f + 1.0
+        m.calls += 1
+        if chars > 0:
+            a, c = self._chars
+            self._chars = [a * f + audio_s * speed, c * f + chars]
+
+    def _mode(self, mode: str | None) -> _Mode | None:
+        """The mode's measurements; another mode's while this one has none (same engine)."""
+        m = self._modes.get(mode or DEFAULT)
+        if m is None and self._modes:
+            m = max(self._modes.values(), key=lambda x: x.calls)
+        return m
+
+    def rtf(self, mode: str | None = None) -> float:
+        """Recent wall seconds per audio second (the prior until something was measured)."""
+        m = self._mode(mode)
+        return m.wall / m.audio if m is not None and m.audio > 0 else self.prior_rtf
+
+    def predict(self, mode: str | None, audio_s: float) -> float:
+        """Seconds one call takes for ``audio_s`` of audio: the fitted line where it has one."""
+        m = self._mode(mode)
+        if m is None:
+            return self.prior_rtf * audio_s
+        return max(m.costs.predict(audio_s), 0.0)  # type: ignore[arg-type]
+
+    def overrun(self) -> float:
+        """RMS of how far recent calls (any mode) ran over their forecast: 0.0 when on time."""
+        w, sq = self._overrun
+        return (sq / w) ** 0.5 if w > 0 else 0.0
+
+    def safety(self, floor: float, mode: str | None = None) -> float:
+        """The factor to stretch forecasts by: what replies' arrivals needed (``margins``) once
+        learned for ``mode`` (None: the largest learned); until then ``floor`` on a steady
+        machine, more when calls have been running over their forecast (a player's buffer that
+        follows the engine, as WebRTC's jitter buffer follows the network), at most 2."""
+        if mode is not None:
+            factor = self.margins.factor(mode)
+        else:
+            factor = max(self.margins.snapshot().values(), default=None)
+        if factor is not None:
+            return factor
+        return min(2.0, max(floor, 1.0 + 2.0 * self.overrun()))
+
+    def first_fraction(self, mode: str | None) -> float:
+        """The share of a call's time that passes before its first audio (1: whole segments)."""
+        m = self._mode(mode)
+        return m.first_frac if m is not None else 1.0
+
+    def audio_s(self, text: str, speed: float = 1.0) -> float:
+        """How much audio ``text`` will make, from the characters per second measured so far."""
+        a, c = self._chars
+        per_char = a / c if c > 0 else PRIOR_S_PER_CHAR
+        return len(text.strip()) * per_char / max(speed, 0.05)
+
+    def snapshot(self) -> dict[str, Any]:
+        """For /readyz and /metrics: per mode, the smoothed RTF and the calls it rests on."""
+        out: dict[str, Any] = {name: {"rtf": round(m.wall / m.audio, 3), "calls": m.calls,
+                                      "first_fraction": round(m.first_frac, 3)}
+                               for name, m in self._modes.items() if m.audio > 0}
+        if out:
+            out["overrun"] = round(self.overrun(), 3)
+        if margins := self.margins.snapshot():
+            out["margins"] = margins  # the learned stretch per mode
+        return out

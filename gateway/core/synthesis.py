@@ -1,0 +1,282 @@
+"""Synthesize once: identical segments share one engine call, recent ones come from a cache.
+
+A ``Flight`` is one engine call for one segment, run as its own task so that several sessions
+can follow it: a session that asks for the same segment (same voice, speed, vocoder mode and
+text) while it is in flight joins it, gets the chunks made so far at once, then follows it
+live (Go's singleflight, for a stream). Each session still encodes and frames its own audio.
+The flight stops when the last session following it leaves; a sharer that cancels or
+disconnects does not stop a synthesis that others still need. A session follows from the
+moment it joins, not from its first read: one that joined and has not read yet is still owed
+the whole segment.
+
+Finished segments go into a bounded LRU cache of PCM (``cache_mb``), so the greetings and
+confirmations an agent repeats all day are served at once. A request with ``cache: false``
+neither reads nor fills the cache nor joins a flight: a synthesis of its own.
+
+A flight's engine call waits for one of the engine's slots in deadline order (``scheduler.py``:
+the listener whose buffer runs dry first goes first); the speed is measured from the moment
+it has one. ``budget`` holds the admitted listeners and forecasts what the engine can take.
+
+Every flight reports its speed to ``LiveSpeed``, and has one watchdog timer (re-armed only
+when it fires early), not one per chunk.
+
+An engine that declares ``timestamps`` is always asked for them (they cost nothing): a flight's
+items are PCM chunks and, before the audio each describes, ``WordTimes``; both are shared and
+cached alike.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import OrderedDict
+from typing import AsyncIterator
+
+from .budget import Budget
+from ..config import Settings
+from ..engines.base import Engine
+from ..errors import EngineTimeout
+from ..metrics import Metrics
+from .scheduler import EngineScheduler
+from .speed import LiveSpeed
+from ..kokoro.timestamps import WordTimes
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, float, str, str]
+Item = bytes | WordTimes  # what a flight yields: PCM, or the words of the PCM that follows
+
+
+class Flight:
+    """One engine call: its chunks so far, its end (or error), and who follows it."""
+
+    def __init__(self, hub: "SynthesisHub", key: Key | None, text: str, voice: str, speed: float,
+                 mode: str | None, buffered_s: float, slot: tuple[float, object | None] | None = None) -> None:
+        self.hub, self.key = hub, key
+        self.chunks: list[Item] = []
+        self.samples = 0
+        self.done = False
+        self.error: BaseException | None = None
+        self.followers: set[asyncio.Event] = set()
+        self._loop = asyncio.get_running_loop()
+        self._progress = self._loop.time()
+        self._watchdog: asyncio.TimerHandle | None = None
+        deadline, owner = slot if slot is not None else (time.perf_counter(), None)
+        work = hub.speed.predict(mode, hub.speed.audio_s(text, speed))
+        self.task = asyncio.create_task(self._scheduled(text, voice, speed, mode, buffered_s, deadline, work, owner))
+
+    async def _scheduled(self, text: str, voice: str, speed: float, mode: str | None, buffered_s: float,
+                         deadline: float, work: float, owner: object | None) -> None:
+        try:
+            async with self.hub.scheduler.slot(deadline, work, owner):
+                self._progress = self._loop.time()  # the watchdog counts from the engine's start
+                await self._run(text, voice, speed, mode, buffered_s)
+        finally:
+            self.done = True
+            self.hub.forget(self)
+            self._wake()
+            self.hub.budget.changed()
+
+    async def _run(self, text: str, voice: str, speed: float, mode: str | None, buffered_s: float) -> None:
+        hub = self.hub
+        m = hub.metrics
+        if m:
+            m.inflight.inc()
+        started = time.perf_counter()
+        first: float | None = None
+        self._arm()
+        try:
+            extra = {"timestamps": True} if hub.engine.capabilities.timestamps else {}
+            synth = hub.engine.synthesize(text, voice=voice, speed=speed, vocoder=mode, buffered_s=buffered_s,
+                                          **extra)
+            async with contextlib.aclosing(synth) as chunks:
+                async for pcm in chunks:
+                    self.chunks.append(pcm)
+                    if isinstance(pcm, WordTimes):
+                        continue
+                    if first is None:
+                        first = time.perf_counter() - started
+                    self.samples += len(pcm) // 2
+                    self._progress = self._loop.time()
+                    self._wake()
+            wall = time.perf_counter() - started
+            audio_s = self.samples / hub.engine.sample_rate
+            hub.speed.observe(mode, audio_s, wall, first if first is not None else wall,
+                              chars=len(text.strip()), speed=speed)
+            if m:
+                m.rtf.labels(mode or "default").set(hub.speed.rtf(mode))
+            hub.finished(self)
+        except asyncio.CancelledError:
+            if self.error is None:
+                raise
+        except Exception as exc:  # reaches every follower as itself
+            self.error = exc
+        finally:
+            self.done = True
+            hub.forget(self)
+            if self._watchdog is not None:
+                self._watchdog.cancel()
+            self._wake()
+            if m:
+                m.inflight.dec()
+                m.segments.inc()
+                m.synth_seconds.observe(time.perf_counter() - started)
+
+    # one timer per flight: when it fires early (audio came meanwhile) it moves to the new deadline
+    def _arm(self) -> None:
+        self._watchdog = self._loop.call_at(self._progress + self.hub.timeout_s, self._check)
+
+    def _check(self) -> None:
+        if self.done:
+            return
+        if self._loop.time() - self._progress < self.hub.timeout_s - 1e-3:
+            self._arm()
+            return
+        self.error = EngineTimeout(f"the engine produced no audio for {self.hub.timeout_s:g} s")
+        self.task.cancel()
+
+    def _wake(self) -> None:
+        for event in self.followers:
+            event.set()
+
+    def follow(self) -> "Follower":
+        """A follower, counted from now (not from its first read), so that the flight goes on
+        for a session that joined it but has not started reading when the others leave."""
+        return Follower(self)
+
+    async def leave(self, event: asyncio.Event) -> None:
+        """A follower is done with the flight: stop it if nobody else follows."""
+        self.followers.discard(event)
+        if not self.followers and not self.done:
+            self.hub.forget(self)  # nobody joins a flight that is being stopped
+            self.task.cancel()  # nobody needs it any more: the engine stops
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+
+
+class Follower:
+    """A flight's chunks from the first, live. ``aclose()`` leaves it (a follower that never
+    read leaves too); a flight's error is raised as itself."""
+
+    def __init__(self, flight: Flight) -> None:
+        self.flight = flight
+        self.event = asyncio.Event()
+        self.sent = 0
+        self.closed = False
+        flight.followers.add(self.event)
+
+    def __aiter__(self) -> "Follower":
+        return self
+
+    async def __anext__(self) -> Item:
+        flight = self.flight
+        while self.sent >= len(flight.chunks) and not self.closed:
+            if flight.done:
+                await self.aclose()
+                if flight.error is not None:
+                    raise flight.error
+                break
+            self.event.clear()
+            await self.event.wait()
+        if self.closed:
+            raise StopAsyncIteration
+        self.sent += 1
+        return flight.chunks[self.sent - 1]
+
+    async def aclose(self) -> None:
+        if not self.closed:
+            self.closed = True
+            await self.flight.leave(self.event)
+
+
+class SynthesisHub:
+    """The one place that calls the engine for streaming sessions: flights, cache, speed."""
+
+    def __init__(self, engine: Engine, *, cache_mb: float = 0.0, timeout_s: float = 30.0,
+                 metrics: Metrics | None = None, speed: LiveSpeed | None = None,
+                 settings: Settings | None = None) -> None:
+        self.engine, self.metrics, self.timeout_s = engine, metrics, timeout_s
+        self.speed = speed or LiveSpeed()
+        self.scheduler = EngineScheduler(engine.max_concurrency)
+        self.budget = Budget(self.speed, self.scheduler, settings or Settings())
+        self.cache_limit = int(cache_mb * 1024 * 1024)
+        self.cache: OrderedDict[Key, tuple[bytes, tuple[WordTimes, ...]]] = OrderedDict()
+        self.cache_bytes = 0
+        self.flights: dict[Key, Flight] = {}
+
+    def synthesize(self, text: str, *, voice: str, speed: float, mode: str | None = None,
+                   key_mode: str | None = None, buffered_s: float = 0.0,
+                   share: bool = True, slot: tuple[float, object | None] | None = None) -> AsyncIterator[Item]:
+        """PCM chunks for ``text`` (and ``WordTimes`` before them, where the engine gives them).
+        ``mode`` goes to the engine; ``key_mode`` (default ``mode``) is the mode the request
+        asked for, which identical requests share on. ``slot``: (deadline, listener) for the
+        engine's queue (default: due now, nobody's)."""
+        if not share:
+            return Flight(self, None, text, voice, speed, mode, buffered_s, slot).follow()
+        key: Key = (voice, round(speed, 3), key_mode if key_mode is not None else (mode or ""),
+                    " ".join(text.split()))
+        if (entry := self.cache.get(key)) is not None:
+            self.cache.move_to_end(key)
+            self._count("hit")
+            return _once(*entry)
+        if (flight := self.flights.get(key)) is not None:
+            self._count("join")
+            return flight.follow()
+        self._count("miss")
+        flight = Flight(self, key, text, voice, speed, mode, buffered_s, slot)
+        self.flights[key] = flight
+        return flight.follow()
+
+    async def warm_up(self, text: str, voice: str) -> None:
+        """Measure the engine's speed once per mode a session uses by default (whole segments,
+        and streamed inside a segment where the engine can); never raises. Waits for the
+        engine's background work (the streaming vocoder's build) so as not to measure it."""
+        modes: tuple[str | None, ...] = (None,)
+        if self.engine.vocoder_modes:
+            wait = getattr(self.engine, "wait_vocoder", None)
+            streams = bool(await wait(voice)) if wait is not None else True
+            modes = ("exact", "frozen-first") if streams else ("exact",)
+        for mode in modes:
+            t0 = time.perf_counter()
+            try:
+                synth = self.synthesize(text, voice=voice, speed=1.0, mode=mode, share=False)
+                async with contextlib.aclosing(synth) as chunks:
+                    async for _ in chunks:
+                        pass
+            except Exception as exc:
+                log.warning("speed warm-up failed (%s); the first requests assume real time", exc)
+                return
+            log.info("engine speed measured in %.2f s%s: RTF %.3f", time.perf_counter() - t0,
+                     f" ({mode})" if mode else "", self.speed.rtf(mode))
+
+    def _count(self, outcome: str) -> None:
+        if self.metrics is not None:
+            self.metrics.cache.labels(outcome).inc()
+
+    def forget(self, flight: Flight) -> None:
+        if flight.key is not None and self.flights.get(flight.key) is flight:
+            del self.flights[flight.key]
+
+    def finished(self, flight: Flight) -> None:
+        """A flight made all its audio: keep it for repeats, within the size limit."""
+        if flight.key is None or not self.cache_limit:
+            return
+        pcm = b"".join(c for c in flight.chunks if isinstance(c, bytes))
+        if not pcm or len(pcm) > self.cache_limit:
+            return
+        old = self.cache.pop(flight.key, None)
+        self.cache_bytes -= len(old[0]) if old is not None else 0
+        self.cache[flight.key] = (pcm, tuple(c for c in flight.chunks if isinstance(c, WordTimes)))
+        self.cache_bytes += len(pcm)
+        while self.cache_bytes > self.cache_limit:
+            _, (dropped, _words) = self.cache.popitem(last=False)
+            self.cache_bytes -= len(dropped)
+        if self.metrics is not None:
+            self.metrics.cache_bytes.set(self.cache_bytes)
+
+
+async def _once(pcm: bytes, words: tuple[WordTimes, ...]) -> AsyncIterator[Item]:
+    for w in words:  # times from the segment's first sample: all of them may come first
+        yield w
+    yield pcm

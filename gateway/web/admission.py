@@ -1,0 +1,101 @@
+"""Admission control and per-client limits for streaming sessions.
+
+The engine can only synthesize so much at once. Rather than letting every session slow down
+together, a session (a WebSocket, an SSE stream, a ``POST /v1/audio/speech``) takes an *active*
+slot for its lifetime; past ``max_active`` it waits in a bounded queue, first come first
+served, and past ``max_queued`` (or after ``queue_timeout_s`` in the queue) it is refused with
+``Overloaded``: 503 + Retry-After on HTTP, ``error`` + close 1013 on the WebSocket.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter, deque
+from typing import AsyncIterator
+
+from ..errors import Overloaded, ShuttingDown, TooManySessions
+from ..metrics import Metrics
+
+
+class Admission:
+    def __init__(self, *, max_active: int, max_queued: int, queue_timeout_s: float,
+                 per_client: int, metrics: Metrics) -> None:
+        self.max_active = max(1, max_active)
+        self.max_queued = max(0, max_queued)
+        self.queue_timeout_s = queue_timeout_s
+        self.per_client = per_client
+        self.metrics = metrics
+        self.active = 0
+        self.draining = False
+        self.by_client: Counter[str] = Counter()
+        # waiters in order; a freed slot is handed to the first by resolving its future, so a
+        # waiter cancelled in the tick it was handed one passes it on (an ``asyncio.Condition``
+        # dropped that wake-up on Python 3.11 and the next waiter was refused with none active)
+        self._queue: deque[asyncio.Future[None]] = deque()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._queue)
+
+    def _retry_after(self) -> float:
+        return max(1.0, min(30.0, self.queue_timeout_s))
+
+    @contextlib.asynccontextmanager
+    async def session(self, client: str) -> AsyncIterator[None]:
+        """Hold an active slot (and one of ``client``'s) for the body's duration."""
+        if self.draining:
+            raise ShuttingDown("the gateway is shutting down; retry on another instance")
+        if self.per_client and self.by_client[client] >= self.per_client:
+            raise TooManySessions(f"at most {self.per_client} concurrent sessions per client")
+        self.by_client[client] += 1
+        try:
+            await self._acquire()
+            try:
+                yield
+            finally:
+                self._release()
+        finally:
+            self.by_client[client] -= 1
+            if not self.by_client[client]:
+                del self.by_client[client]
+
+    async def _acquire(self) -> None:
+        if self.active < self.max_active and not self._queue:
+            self.active += 1
+            self.metrics.queued.set(self.waiting)
+            return
+        if self.waiting >= self.max_queued:
+            raise Overloaded(f"{self.active} sessions active and {self.waiting} queued; retry shortly",
+                             retry_after=self._retry_after())
+        granted = asyncio.get_running_loop().create_future()
+        self._queue.append(granted)
+        self.metrics.queued.set(self.waiting)
+        try:
+            async with asyncio.timeout(self.queue_timeout_s):
+                await granted  # set by _release, which hands its slot over: `active` counts it already
+        except TimeoutError:
+            if not _handed(granted):
+                raise Overloaded(f"no synthesis slot within {self.queue_timeout_s:g} s; retry shortly",
+                                 retry_after=self._retry_after()) from None
+            # the slot came in the same tick as the deadline: it is ours, go on
+        except BaseException:
+            if _handed(granted):  # cancelled in the tick the slot came: it goes to the next in line
+                self._release()
+            raise
+        finally:
+            with contextlib.suppress(ValueError):
+                self._queue.remove(granted)
+            self.metrics.queued.set(self.waiting)
+
+    def _release(self) -> None:
+        """Hand the slot to the first waiter still waiting, or free it."""
+        while self._queue:
+            waiter = self._queue.popleft()
+            if not waiter.done():  # one that timed out or was cancelled is passed over
+                waiter.set_result(None)
+                return
+        self.active -= 1
+
+
+def _handed(granted: asyncio.Future[None]) -> bool:
+    return granted.done() and not granted.cancelled()

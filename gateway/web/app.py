@@ -1,0 +1,141 @@
+"""``make_app(settings, engine) -> web.Application``: routes, error translation, lifecycle."""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import AsyncIterator, Awaitable, Callable
+
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+
+from . import http
+from .admission import Admission
+from ..agent import create_agent
+from ..config import Settings
+from ..engines import create_engine
+from ..engines.base import Engine
+from ..errors import GatewayError, Overloaded
+from .httperrors import error_response, http_exception_response
+from ..metrics import Metrics
+from .proxies import client_middleware, parse_header, parse_trusted
+from .security import check_auth
+from .state import GATEWAY, Gateway
+from ..core.synthesis import SynthesisHub
+from .tokens import handle_mint
+from .transports.sse import handle_sse
+from .transports.ws import handle_ws
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """GatewayError -> its status and JSON body; anything unexpected -> a 500 without details."""
+    try:
+        check_auth(request, request.app[GATEWAY].settings)
+        return await handler(request)
+    except GatewayError as exc:
+        headers = {"Retry-After": f"{max(1, round(exc.retry_after))}"} if isinstance(exc, Overloaded) else None
+        return web.json_response({"error": exc.to_dict()}, status=exc.status, headers=headers)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return http_exception_response(request, exc)
+    except (asyncio.CancelledError, ConnectionResetError):
+        raise
+    except HttpProcessingError as exc:  # a body the parser refused (bad chunking, short body)
+        return error_response(400, "bad_request", f"malformed request body: {exc.message}")
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return error_response(500, "internal_error", "internal server error")
+
+
+async def _engine_lifecycle(app: web.Application) -> AsyncIterator[None]:
+    gw = app[GATEWAY]
+    loader = asyncio.create_task(_load_engine(gw))
+    yield
+    loader.cancel()
+    await asyncio.gather(loader, return_exceptions=True)
+    await gw.engine.aclose()
+    await gw.agent.aclose()
+
+
+async def _load_engine(gw: Gateway) -> None:
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    try:
+        await gw.engine.start()
+    except Exception as exc:  # reported on /readyz and to every request as a 503
+        log.exception("engine %s failed to load", gw.engine.name)
+        gw.load_error = f"{type(exc).__name__}: {exc}"
+    else:
+        log.info("engine %s ready in %.2f s", gw.engine.name, loop.time() - started)
+    finally:
+        gw.ready.set()
+    if not gw.load_error and gw.settings.speed_warmup_text:
+        await gw.hub.warm_up(gw.settings.speed_warmup_text, gw.settings.default_voice or gw.engine.default_voice)
+
+
+def build_gateway(settings: Settings, engine: Engine, *, admit: bool = True) -> Gateway:
+    """The state one app holds. ``admit=False`` turns admission control off (the model
+    container: its pooled sockets live across replies, and SageMaker routes the load)."""
+    metrics = Metrics()
+    max_active = settings.max_active_sessions or engine.max_concurrency * 4
+    hub = SynthesisHub(engine, cache_mb=settings.cache_mb, timeout_s=settings.synth_timeout_s, metrics=metrics,
+                       settings=settings)
+    hub.budget.enabled = admit
+    return Gateway(
+        hub=hub,
+        settings=settings,
+        engine=engine,
+        metrics=metrics,
+        agent=create_agent(settings),
+        admission=Admission(
+            max_active=max_active if admit else 1 << 30,
+            max_queued=settings.max_queued_sessions if admit else 0,
+            queue_timeout_s=settings.queue_timeout_s,
+            per_client=settings.max_sessions_per_client if admit else 0,
+            metrics=metrics,
+        ),
+    )
+
+
+def make_app(settings: Settings, engine: Engine | None = None) -> web.Application:
+    """Build the gateway. The engine loads in the background; ``/readyz`` says when it is done."""
+    middlewares = [errors_middleware]
+    header = parse_header(settings.forwarded_header)
+    if trusted := parse_trusted(settings.trusted_proxies):  # the client behind a proxy
+        middlewares.append(client_middleware(trusted, header))
+    app = web.Application(middlewares=middlewares, client_max_size=1024 * 1024)
+    app[GATEWAY] = build_gateway(settings, engine or create_engine(settings))
+    app.cleanup_ctx.append(_engine_lifecycle)
+    app.router.add_get("/", http.index)
+    app.router.add_get("/healthz", http.healthz)
+    app.router.add_get("/readyz", http.readyz)
+    app.router.add_get("/metrics", http.metrics)
+    app.router.add_get("/v1/voices", http.voices)
+    app.router.add_post("/v1/tokens", handle_mint)
+    app.router.add_post("/v1/audio/speech", http.speech)
+    app.router.add_route("GET", "/v1/stream/sse", handle_sse)
+    app.router.add_route("POST", "/v1/stream/sse", handle_sse)
+    app.router.add_get("/v1/stream/ws", handle_ws)
+    app.router.add_get("/static/{name:.+}", http.static)
+    return app
+
+
+async def drain(gw: Gateway, grace_s: float) -> None:
+    """Graceful stop: refuse new sessions, let those in flight finish up to ``grace_s``, then
+    close the WebSockets still open with 1001 (going away)."""
+    from aiohttp import WSCloseCode
+
+    gw.admission.draining = True
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace_s
+    while gw.admission.active and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+    left = list(gw.channels)
+    if left:
+        log.info("closing %d sessions still open after %.1f s", len(left), grace_s)
+    await asyncio.gather(*(ch.close(WSCloseCode.GOING_AWAY, "going_away") for ch in left), return_exceptions=True)
