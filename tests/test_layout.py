@@ -1,6 +1,7 @@
-"""The layout of the tree (issue 15): the product stands alone, its parts import each other
-one way, and no module outgrows its limit. Read from the sources with ``ast``, so a function-
-level import counts as much as one at the top of a module."""
+"""The layout of the tree (issues 15 and 25): the product stands alone, its layers import each
+other only as ``MAY_IMPORT`` allows, its parts import each other one way, heavy libraries stay in
+the model's layers, and no module outgrows its limit. Read from the sources with ``ast``, so a
+function-level import counts as much as one at the top of a module."""
 from __future__ import annotations
 
 import ast
@@ -50,13 +51,43 @@ def imported(name: str, path: Path, known: set[str]) -> set[str]:
     return out
 
 
-def part_of(module: str) -> str:
-    """bench, a gateway subpackage (gateway.engines, gateway.audio, ...), or the top-level
-    gateway modules, each a part of its own (``gateway.web.app``, ``gateway.config``, ...)."""
-    if module.split(".")[0] == "bench":
-        return "bench"
+# The layers of gateway/ (docs/ARCHITECTURE.md) and, for each, the layers it may import (its own
+# always). ``base`` is the top level: errors, config, metrics and the package itself.
+MAY_IMPORT: dict[str, set[str]] = {
+    "base": set(),
+    "audio": {"base"},
+    "kokoro": {"base"},
+    "agent": {"base"},
+    "engines": {"base", "kokoro"},
+    "core": {"base", "audio", "kokoro", "agent", "engines"},
+    "web": {"base", "audio", "kokoro", "agent", "engines", "core"},
+    "ops": {"base", "audio", "kokoro", "agent", "engines", "core", "web"},
+}
+# Of the engines layer, the other layers see only the contract and the import-string loader; a
+# concrete engine is reached by ``create_engine`` (ops alone may name one, as a tool).
+ENGINE_CONTRACT = {"gateway.engines", "gateway.engines.base"}
+SEES_CONCRETE_ENGINES = {"engines", "ops"}
+# Imported at a module's top level only in these layers; elsewhere inside the function that needs it.
+HEAVY = {"torch", "onnxruntime", "onnx", "boto3", "botocore", "kokoro", "misaki", "awscrt", "aws_sdk_sagemaker_runtime_http2"}
+HEAVY_LAYERS = {"engines", "kokoro"}
+
+
+def layer_of(module: str) -> str:
+    """``gateway.core.pipeline`` -> core; the top-level modules (and ``gateway``) -> base."""
     bits = module.split(".")
-    return ".".join(bits[:2])
+    return bits[1] if len(bits) > 2 or (len(bits) == 2 and bits[1] in MAY_IMPORT) else "base"
+
+
+def part_of(module: str) -> str:
+    """bench; gateway.audio, gateway.agent, gateway.engines whole; each module or subpackage of
+    the other layers (``gateway.core.pipeline``, ``gateway.web.transports``,
+    ``gateway.kokoro.vocoder``); each top-level module (``gateway.config``)."""
+    bits = module.split(".")
+    if bits[0] == "bench":
+        return "bench"
+    if len(bits) > 2 and bits[1] in ("audio", "agent", "engines"):
+        return ".".join(bits[:2])
+    return ".".join(bits[:3])
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -137,12 +168,76 @@ def _absolute_imports(path: Path) -> set[str]:
 
 
 def test_no_import_cycle_between_parts() -> None:
-    """bench, gateway.engines, gateway.kokoro.vocoder, gateway.audio, gateway.web.transports and each
-    top-level gateway module: the parts import each other one way only."""
+    """bench, gateway.engines, gateway.audio, gateway.agent, each module and subpackage of the
+    other layers and each top-level module: the parts import each other one way only."""
     graph = part_graph()
     assert {"bench", "gateway.engines", "gateway.kokoro.vocoder", "gateway.audio", "gateway.web.transports",
-            "gateway.web.app", "gateway.config"} <= graph.keys()
+            "gateway.web.app", "gateway.core.pipeline", "gateway.config"} <= graph.keys()
     assert cycles(graph) == [], "parts that import each other, both ways"
+
+
+def product_imports() -> dict[str, set[str]]:
+    files = module_files()
+    return {name: imported(name, path, set(files)) for name, path in files.items() if name.split(".")[0] == "gateway"}
+
+
+def test_every_product_module_is_in_a_layer_of_the_table() -> None:
+    layers = {layer_of(name) for name in product_imports()}
+    assert layers == set(MAY_IMPORT)
+    base = sorted(name for name in product_imports() if layer_of(name) == "base")
+    assert base == ["gateway", "gateway.config", "gateway.errors", "gateway.metrics"]
+
+
+def test_layers_import_only_what_the_table_allows() -> None:
+    """core never imports web or ops; engines never web, core or a transport; kokoro only the
+    base; ops may import every layer and nothing imports ops."""
+    wrong = {}
+    for name, targets in product_imports().items():
+        mine = layer_of(name)
+        bad = sorted(t for t in targets if layer_of(t) != mine and layer_of(t) not in MAY_IMPORT[mine])
+        if bad:
+            wrong[name] = bad
+    assert wrong == {}
+    layer_graph = {layer: allowed - {layer} for layer, allowed in MAY_IMPORT.items()}
+    assert cycles(layer_graph) == []
+
+
+def test_engines_are_reached_only_through_their_contract() -> None:
+    """Outside engines/ (and ops, the tools), only ``gateway.engines`` (the import-string
+    loader) and ``gateway.engines.base`` (the Protocol, Capabilities) are imported."""
+    wrong = {}
+    for name, targets in product_imports().items():
+        if layer_of(name) in SEES_CONCRETE_ENGINES:
+            continue
+        bad = sorted(t for t in targets if layer_of(t) == "engines" and t not in ENGINE_CONTRACT)
+        if bad:
+            wrong[name] = bad
+    assert wrong == {}
+
+
+def top_level_imports(path: Path) -> set[str]:
+    """The top-level package names a module imports outside any function or class body."""
+    names = set()
+    for node in ast.parse(path.read_text("utf-8")).body:
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_heavy_libraries_are_imported_at_module_level_only_in_the_model_layers() -> None:
+    files = module_files()
+    wrong = {name: sorted(top_level_imports(path) & HEAVY) for name, path in files.items()
+             if name.split(".")[0] == "gateway" and layer_of(name) not in HEAVY_LAYERS}
+    assert {n: h for n, h in wrong.items() if h} == {}
+
+
+def test_serving_loads_no_heavy_library_until_an_engine_is_chosen() -> None:
+    code = ("import json, sys, gateway.ops.cli, gateway.ops.server, gateway.web.app, gateway.web.container; "
+            f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({sorted(HEAVY)!r}))))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == []
 
 
 def line_counts(paths: list[Path], limit: int) -> dict[str, int]:
