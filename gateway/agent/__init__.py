@@ -2,8 +2,8 @@
 
 ``agent_backend`` chooses it: ``simulated`` (the default: canned replies paced like a hosted
 LLM, offline), ``openai`` (any OpenAI-compatible chat server) or ``bedrock`` (Amazon Bedrock's
-ConverseStream through boto3, imported only when chosen). ``Conversation`` holds one listener's
-turns.
+ConverseStream through boto3, imported only when chosen). The conversation that holds one
+listener's turns is the core's (``gateway.core.conversation``).
 """
 from __future__ import annotations
 
