@@ -35,7 +35,7 @@ from ..errors import Overloaded
 if TYPE_CHECKING:
     from ..config import Settings
     from .scheduler import EngineScheduler
-    from .speed import LiveSpeed
+    from .engine_rate import LiveSpeed
 
 __all__ = ["ADMIT", "Budget", "Job", "Member", "Stream", "Verdict", "edf", "late", "newcomer", "planned"]
 

@@ -24,7 +24,7 @@ from ..config import Settings
 from .options import StreamOptions
 from .margins import needed_stretch, scaled
 from .schedule import forecast, preroll_from, preroll_s
-from .speed import DEFAULT, LiveSpeed
+from .engine_rate import DEFAULT, LiveSpeed
 
 if TYPE_CHECKING:
     from .budget import Budget

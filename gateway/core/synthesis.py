@@ -39,7 +39,7 @@ from ..engines.base import Engine
 from ..errors import EngineTimeout
 from ..metrics import Metrics
 from .scheduler import EngineScheduler
-from .speed import LiveSpeed
+from .engine_rate import LiveSpeed
 from ..kokoro.timestamps import WordTimes
 
 log = logging.getLogger(__name__)
