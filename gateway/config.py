@@ -54,11 +54,11 @@ class Settings:
     max_segment_chars: int = 300  # longer sentences are split at clause boundaries
     synth_timeout_s: float = 30.0  # per segment
     # the producer waits while the listener holds more than this much audio (s) beyond what
-    # the next segments are forecast to take at the engine's live speed (0 = never waits)
+    # the next segments are forecast to take at the engine's live rate (0 = never waits)
     lookahead_s: float = 20.0
     # forecasts of compute time are stretched by at least this before sizing preroll_ms and
     # choosing whether a segment can go to the exact vocoder; more when calls have been
-    # running over their forecasts (speed.LiveSpeed.safety): machines are noisy
+    # running over their forecasts (engine_rate.EngineRate.safety): machines are noisy
     preroll_safety: float = 1.15
     # identical segments share one synthesis; finished ones are kept (PCM, LRU) up to this size
     cache_mb: float = 64.0

@@ -17,7 +17,7 @@ from gateway.core.listener import Listener
 from gateway.core.options import StreamOptions
 from gateway.core.schedule import oracle_start
 from gateway.core.scheduler import EngineScheduler
-from gateway.core.speed import LiveSpeed
+from gateway.core.engine_rate import EngineRate
 from gateway.web.state import GATEWAY
 
 RATE = 24000
@@ -31,16 +31,16 @@ class Clock:
         return self.t
 
 
-def steady_speed(rtf: float) -> LiveSpeed:
+def steady_rate(rtf: float) -> EngineRate:
     """An engine measured at ``rtf`` on ten 2 s segments of 20 characters (0.1 s a character)."""
-    speed = LiveSpeed()
+    rate = EngineRate()
     for _ in range(10):
-        speed.observe(None, 2.0, 2.0 * rtf, 2.0 * rtf, chars=20)
-    return speed
+        rate.observe(None, 2.0, 2.0 * rtf, 2.0 * rtf, chars=20)
+    return rate
 
 
-def listener(speed: LiveSpeed, clock: Clock, budget: Budget | None = None, settings: Settings | None = None) -> Listener:
-    return Listener(speed, settings or Settings(), StreamOptions(voice="tone_a"), requested=None,
+def listener(rate: EngineRate, clock: Clock, budget: Budget | None = None, settings: Settings | None = None) -> Listener:
+    return Listener(rate, settings or Settings(), StreamOptions(voice="tone_a"), requested=None,
                     sample_rate=RATE, budget=budget, clock=clock)
 
 
@@ -55,8 +55,8 @@ class Fixed:
 
 
 async def test_the_engine_serves_the_earliest_deadline_first() -> None:
-    clock, speed = Clock(), steady_speed(0.5)
-    a, b, c = (listener(speed, clock) for _ in range(3))
+    clock, rate = Clock(), steady_rate(0.5)
+    a, b, c = (listener(rate, clock) for _ in range(3))
     for x in (a, b):
         x.preroll_told_s = 0.0
     a.first_audio(), b.first_audio()
@@ -101,15 +101,15 @@ async def test_a_waiter_cancelled_as_its_slot_frees_passes_the_slot_on() -> None
 
 
 def test_preroll_counts_the_work_queued_ahead() -> None:
-    clock, speed = Clock(), steady_speed(0.5)
-    budget = Budget(speed, EngineScheduler(slots=1), Settings(), clock=clock)
+    clock, rate = Clock(), steady_rate(0.5)
+    budget = Budget(rate, EngineScheduler(slots=1), Settings(), clock=clock)
     texts = ["x" * 20] * 3  # three segments of 2 s, 1 s of compute each (plus the margin)
-    alone = listener(speed, clock, budget)
+    alone = listener(rate, clock, budget)
     assert alone.shared_preroll_s(texts) is None  # nobody else: the listener's own forecast
     assert alone.preroll_ms(texts, None) == 0  # the engine keeps ahead at RTF 0.5
     # another listener whose buffer runs dry at 1, 3 and 5 s needs 1.5 s of the engine before each
     budget.add(Fixed([(1.5, 1.0), (1.5, 3.0), (1.5, 5.0)]))
-    shared = listener(speed, clock, budget)
+    shared = listener(rate, clock, budget)
     need = shared.preroll_ms(texts, None)
     assert need > 0
     # where the scheduler puts this reply's segments, a player holding that much never runs dry
@@ -123,9 +123,9 @@ def test_preroll_counts_the_work_queued_ahead() -> None:
 
 
 def test_admission_refuses_who_would_make_a_listener_stall_and_admits_once_the_load_falls() -> None:
-    clock, speed = Clock(), steady_speed(0.5)
+    clock, rate = Clock(), steady_rate(0.5)
     settings = Settings(max_start_s=3.0, queue_timeout_s=2.0)
-    budget = Budget(speed, EngineScheduler(slots=1), settings, clock=clock)
+    budget = Budget(rate, EngineScheduler(slots=1), settings, clock=clock)
     playing = Fixed([(0.9, k + 1.0) for k in range(10)])  # 0.9 s of the engine for every second played
     budget.add(playing)
     reply = [2.0] * 5  # 10 s of audio, 1 s of compute per segment
@@ -145,8 +145,8 @@ def test_admission_refuses_who_would_make_a_listener_stall_and_admits_once_the_l
 
 
 def test_a_longer_queue_timeout_queues_instead_and_says_for_how_long() -> None:
-    clock, speed = Clock(), steady_speed(0.5)
-    budget = Budget(speed, EngineScheduler(slots=1), Settings(max_start_s=3.0, queue_timeout_s=60.0), clock=clock)
+    clock, rate = Clock(), steady_rate(0.5)
+    budget = Budget(rate, EngineScheduler(slots=1), Settings(max_start_s=3.0, queue_timeout_s=60.0), clock=clock)
     budget.add(Fixed([(0.9, k + 1.0) for k in range(10)]))
     v = budget.admit([2.0] * 5, None)
     assert v.wait_s > 0 and v.to_fields()["queued_ms"] == round(v.wait_s * 1000)
@@ -154,8 +154,8 @@ def test_a_longer_queue_timeout_queues_instead_and_says_for_how_long() -> None:
 
 
 def test_a_session_alone_is_admitted_at_once_even_on_a_slow_engine() -> None:
-    clock, speed = Clock(), steady_speed(2.0)  # twice slower than real time
-    budget = Budget(speed, EngineScheduler(slots=1), Settings(max_start_s=3.0), clock=clock)
+    clock, rate = Clock(), steady_rate(2.0)  # twice slower than real time
+    budget = Budget(rate, EngineScheduler(slots=1), Settings(max_start_s=3.0), clock=clock)
     v = budget.admit([3.0] * 5, None)
     assert v.wait_s == 0.0 and v.start_s > 3.0 and v.start_s == v.alone_s
 
@@ -199,7 +199,7 @@ async def test_a_fourth_listener_on_an_engine_for_three_is_queued_while_the_thre
     server = await start_server(fake_settings(fake_rtf=0.25, fake_workers=1, fake_chunk_ms=100,
                                               max_start_s=3.0, queue_timeout_s=30.0, cache_mb=0))
     url = server.url + "/v1/stream/sse"
-    await sse_stream(http, url, text=reply(9, sentences=8), format="pcm")  # the engine's speed, measured
+    await sse_stream(http, url, text=reply(9, sentences=8), format="pcm")  # the engine's rate, measured
     first = [asyncio.create_task(sse_stream(http, url, text=reply(k), format="pcm")) for k in range(3)]
     while len(server.app[GATEWAY].hub.budget.members) < 3:
         await asyncio.sleep(0.01)
@@ -222,7 +222,7 @@ async def test_a_listener_the_engine_cannot_fit_is_refused_with_retry_after_and_
     server = await start_server(fake_settings(fake_rtf=0.6, fake_workers=1, fake_chunk_ms=100,
                                               max_start_s=1.0, queue_timeout_s=1.0, cache_mb=0))
     url = server.url + "/v1/stream/sse"
-    await sse_stream(http, url, text=reply(8, sentences=6), format="pcm")  # the engine's speed, measured
+    await sse_stream(http, url, text=reply(8, sentences=6), format="pcm")  # the engine's rate, measured
     playing = asyncio.create_task(sse_stream(http, url, text=reply(0, sentences=8), format="pcm"))
     while not server.app[GATEWAY].hub.budget.members:
         await asyncio.sleep(0.01)
@@ -257,10 +257,10 @@ def test_margins_learn_what_the_arrivals_needed() -> None:
     assert oracle_start(slow) == pytest.approx(3.6)
     needed = needed_stretch(at, slow)
     assert 2.0 < needed <= 2.02 and at(needed) >= 4.0 and at(2.0) == 0.0
-    speed = steady_speed(0.9)
-    assert speed.safety(1.15, "default") == 1.15  # nothing learned yet: the floor
+    rate = steady_rate(0.9)
+    assert rate.safety(1.15, "default") == 1.15  # nothing learned yet: the floor
     for needed in (1.0, 1.05, 1.0):
-        speed.margins.observe("default", needed)
-    learned = speed.safety(1.15, "default")
-    assert 1.0 <= learned < 1.15 and learned == Margins.factor(speed.margins, "default")
-    assert speed.safety(1.15, "exact") == 1.15  # another mode learns on its own
+        rate.margins.observe("default", needed)
+    learned = rate.safety(1.15, "default")
+    assert 1.0 <= learned < 1.15 and learned == Margins.factor(rate.margins, "default")
+    assert rate.safety(1.15, "exact") == 1.15  # another mode learns on its own

@@ -1,4 +1,4 @@
-"""Synthesize once (sharing, cache), the live speed, and the preroll_ms players are told."""
+"""Synthesize once (sharing, cache), the engine's live rate, and the preroll_ms players are told."""
 from __future__ import annotations
 
 import asyncio
@@ -11,7 +11,7 @@ from bench.client import sse_stream, ws_stream
 from gateway.engines.fake import FakeEngine, fake_duration_s
 from gateway.core.schedule import Forecast, preroll_s
 from gateway.core.segmenter import split_text
-from gateway.core.speed import LiveSpeed
+from gateway.core.engine_rate import EngineRate
 from gateway.web.state import GATEWAY
 from gateway.core.synthesis import SynthesisHub
 
@@ -124,17 +124,17 @@ def test_preroll_covers_an_engine_slower_than_real_time() -> None:
     assert preroll_s([Forecast(3.0, 2.7)], held_s=3.0, safety=1.0) == 0.0
 
 
-def test_live_speed_follows_recent_calls() -> None:
-    speed = LiveSpeed(forget=0.5)
-    assert speed.rtf() == 1.0  # the prior
+def test_engine_rate_follows_recent_calls() -> None:
+    rate = EngineRate(forget=0.5)
+    assert rate.rtf() == 1.0  # the prior
     for _ in range(5):
-        speed.observe("exact", 2.0, 0.6, 0.6, chars=30)
-    assert speed.rtf("exact") == pytest.approx(0.3)
+        rate.observe("exact", 2.0, 0.6, 0.6, chars=30)
+    assert rate.rtf("exact") == pytest.approx(0.3)
     for _ in range(5):
-        speed.observe("exact", 2.0, 2.0, 2.0, chars=30)  # the machine got busy
-    assert speed.rtf("exact") > 0.9
-    assert speed.audio_s("x" * 30) == pytest.approx(2.0)
-    assert speed.rtf("frozen") == speed.rtf("exact")  # an unseen mode borrows the measured one
+        rate.observe("exact", 2.0, 2.0, 2.0, chars=30)  # the machine got busy
+    assert rate.rtf("exact") > 0.9
+    assert rate.audio_s("x" * 30) == pytest.approx(2.0)
+    assert rate.rtf("frozen") == rate.rtf("exact")  # an unseen mode borrows the measured one
 
 
 @pytest.mark.parametrize(("rtf", "slow"), [(0.2, False), (1.5, True)])
@@ -150,7 +150,7 @@ async def test_preroll_ms_follows_the_engines_speed(start_server, http, rtf: flo
         assert first == 0
     assert all(isinstance(e["preroll_ms"], int) and e["preroll_ms"] >= 0 for e in r.of("sentence"))
     async with http.get(server.url + "/readyz") as resp:
-        measured = (await resp.json())["speed"]["default"]["rtf"]
+        measured = (await resp.json())["engine_rate"]["default"]["rtf"]
     assert measured == pytest.approx(rtf, rel=0.35)
 
 
@@ -162,11 +162,11 @@ async def test_ready_carries_preroll_ms_for_the_text_it_was_given(start_server, 
 
 
 def test_safety_grows_when_calls_run_over_their_forecast() -> None:
-    speed = LiveSpeed(forget=0.7)
+    rate = EngineRate(forget=0.7)
     for _ in range(6):
-        speed.observe("exact", 2.0, 1.0, 1.0)
-    assert speed.safety(1.15) == 1.15  # steady: the floor
+        rate.observe("exact", 2.0, 1.0, 1.0)
+    assert rate.safety(1.15) == 1.15  # steady: the floor
     for wall in (1.6, 0.9, 1.8, 1.0):
-        speed.observe("exact", 2.0, wall, wall)
-    assert 1.3 < speed.safety(1.15) <= 2.0
-    assert speed.overrun() > 0.15 and speed.snapshot()["overrun"] == pytest.approx(speed.overrun(), abs=1e-3)
+        rate.observe("exact", 2.0, wall, wall)
+    assert 1.3 < rate.safety(1.15) <= 2.0
+    assert rate.overrun() > 0.15 and rate.snapshot()["overrun"] == pytest.approx(rate.overrun(), abs=1e-3)

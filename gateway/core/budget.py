@@ -2,7 +2,7 @@
 
 Every admitted live reply (a ``Member``: the pipeline, through its listener) describes the
 engine work it still needs as a ``Stream`` of ``Job``s: each segment's forecast compute (live
-speed, stretched by the safety margin) and its deadline, the moment the listener's buffer
+rate, stretched by the safety margin) and its deadline, the moment the listener's buffer
 runs dry without it. ``edf`` plays that work out as the scheduler (``scheduler.py``) will:
 the engine's slots, busy first with the calls running now, take the earliest deadline whose
 segment is ready (a reply's segments go one after another). A listener stalls where a
@@ -35,7 +35,7 @@ from ..errors import Overloaded
 if TYPE_CHECKING:
     from ..config import Settings
     from .scheduler import EngineScheduler
-    from .engine_rate import LiveSpeed
+    from .engine_rate import EngineRate
 
 __all__ = ["ADMIT", "Budget", "Job", "Member", "Stream", "Verdict", "edf", "late", "newcomer", "planned"]
 
@@ -76,9 +76,9 @@ def planned(audio: Sequence[float]) -> list[float]:
 class Budget:
     """The admitted members, the queue of those waiting, and the verdict for a newcomer."""
 
-    def __init__(self, speed: "LiveSpeed", scheduler: "EngineScheduler", settings: "Settings",
+    def __init__(self, engine_rate: "EngineRate", scheduler: "EngineScheduler", settings: "Settings",
                  clock: Callable[[], float] = time.perf_counter) -> None:
-        self.speed, self.scheduler, self.clock = speed, scheduler, clock
+        self.engine_rate, self.scheduler, self.clock = engine_rate, scheduler, clock
         self.max_start_s = settings.max_start_s
         self.queue_timeout_s = settings.queue_timeout_s
         self.max_queued = settings.max_queued_sessions
@@ -137,7 +137,7 @@ class Budget:
     def safety(self) -> float:
         """The stretch of every forecast here: the learned margin, never below the floor (what
         admission promises must hold on a machine noisier than the replies it learned from)."""
-        return max(self.safety_floor, self.speed.safety(self.safety_floor))
+        return max(self.safety_floor, self.engine_rate.safety(self.safety_floor))
 
     def load(self, exclude: object = None) -> float:
         """Engine-seconds per second the admitted listeners need while they play, per slot."""
@@ -168,7 +168,7 @@ class Budget:
         """Work and audio of a reply's segments (``audio`` s each; a nominal reply when empty)."""
         audio = planned(audio)
         k = self.safety()
-        return [k * self.speed.predict(mode, a) for a in audio], audio
+        return [k * self.engine_rate.predict(mode, a) for a in audio], audio
 
     def verdict(self, audio: Sequence[float], mode: str | None, exclude: object = None) -> Verdict:
         work, seg_audio = self.plan(audio, mode)

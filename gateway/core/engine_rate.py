@@ -1,15 +1,15 @@
-"""The engine's live speed: seconds of compute per second of audio, learned from every synthesis.
+"""The engine's live rate: seconds of compute per second of audio, learned from every synthesis.
 
 Machines of one kind differ (the embedded model ran at RTF 0.31-0.35 on one, 0.88 on
 another) and a shared machine changes speed from one minute to the next, so nothing that
-schedules audio may rely on a constant: it asks ``LiveSpeed``. Every synthesis the gateway
+schedules audio may rely on a constant: it asks ``EngineRate``. Every synthesis the gateway
 runs (a "flight", see ``synthesis.py``) reports its wall time, the audio it made and when its
 first audio came; recent calls weigh most (each call counts ``forget`` times less than the
 next one).
 
 Per vocoder mode, because an engine that streams inside a segment pays for it in compute.
 The wall time counts from the moment the call has one of the engine's slots (``scheduler.py``):
-waiting behind other sessions is the budget's to forecast, not the engine's speed.
+waiting behind other sessions is the budget's to forecast, not the engine's rate.
 
 The margin forecasts are stretched by is learned from what replies' arrivals needed
 (``margins.py``), per mode, once a few replies were seen; before that it follows the calls'
@@ -25,7 +25,7 @@ from ..kokoro.vocoder.pacing import CostModel
 
 DEFAULT = "default"  # the key of engines without vocoder modes (and of an unnamed mode)
 PRIOR_RTF = 1.0  # before any measurement: assume real time, the pessimistic side of most hosts
-PRIOR_OVERRUN = 0.3  # see LiveSpeed._overrun
+PRIOR_OVERRUN = 0.3  # see EngineRate._overrun
 PRIOR_S_PER_CHAR = 0.065  # audio seconds per character of English at speed 1 (Kokoro, measured)
 
 
@@ -39,8 +39,9 @@ class _Mode:
     calls: int = 0
 
 
-class LiveSpeed:
-    """Smoothed speed per mode, and how much audio a character of text makes."""
+class EngineRate:
+    """The engine's smoothed rate (RTF) per mode, and how much audio a character of text makes
+    at a speaking ``speed``."""
 
     def __init__(self, forget: float = 0.8, prior_rtf: float = PRIOR_RTF) -> None:
         self.forget = forget

@@ -1,4 +1,4 @@
-"""What the listener holds, and the schedule that follows from it and the engine's live speed.
+"""What the listener holds, and the schedule that follows from it and the engine's live rate.
 
 One ``Listener`` per reply. Before each segment the synthesis stage asks it whether to wait
 (``lookahead_s``), which vocoder mode the segment gets (``mode_for``) and what ``preroll_ms`` a
@@ -24,7 +24,7 @@ from ..config import Settings
 from .options import StreamOptions
 from .margins import needed_stretch, scaled
 from .schedule import forecast, preroll_from, preroll_s
-from .engine_rate import DEFAULT, LiveSpeed
+from .engine_rate import DEFAULT, EngineRate
 
 if TYPE_CHECKING:
     from .budget import Budget
@@ -32,21 +32,21 @@ if TYPE_CHECKING:
 SHARED = "shared"  # the margins' bucket of replies forecast beside other listeners' work
 
 
-def preroll_ms(speed: LiveSpeed, settings: Settings, rate: float, texts: Sequence[str],
+def preroll_ms(rate: EngineRate, settings: Settings, speed: float, texts: Sequence[str],
                held_s: float, modes: Sequence[str | None]) -> int:
     """Audio (ms) a player should hold before it starts or resumes, for ``texts`` still to
     come (each synthesized in its mode of ``modes``) and ``held_s`` of audio it has not heard,
-    at the engine's live speed; ``rate`` is the speaking rate asked for."""
-    segments = forecast(texts, modes, speed, rate)
+    at the engine's live ``rate``; ``speed`` is the speaking rate asked for."""
+    segments = forecast(texts, modes, rate, speed)
     bucket = (modes[0] if modes else None) or DEFAULT  # the margin learned for replies starting so
-    return round(1000 * preroll_s(segments, held_s, speed.safety(settings.preroll_safety, bucket)))
+    return round(1000 * preroll_s(segments, held_s, rate.safety(settings.preroll_safety, bucket)))
 
 
 class Listener:
-    def __init__(self, speed: LiveSpeed, settings: Settings, options: StreamOptions, *,
+    def __init__(self, engine_rate: EngineRate, settings: Settings, options: StreamOptions, *,
                  requested: str | None, sample_rate: int, live: bool = True,
                  budget: "Budget | None" = None, clock: Callable[[], float] = time.perf_counter) -> None:
-        self.speed, self.settings, self.options = speed, settings, options
+        self.engine_rate, self.settings, self.options = engine_rate, settings, options
         self.requested = requested  # the vocoder mode the request asked for (or the engine's)
         self.sample_rate, self.live = sample_rate, live
         self.budget, self.clock = budget, clock
@@ -87,20 +87,20 @@ class Listener:
         """The engine work of segments of ``audio`` s (``audio[0]`` the segment being made when
         ``current``), each due when the listener would run dry without it; ``running``: the
         compute left in this listener's call on the engine now."""
-        speed, mode = self.speed, self.later_mode()
-        k = self.budget.safety() if self.budget is not None else speed.safety(self.settings.preroll_safety)
+        rate, mode = self.engine_rate, self.later_mode()
+        k = self.budget.safety() if self.budget is not None else rate.safety(self.settings.preroll_safety)
         due, release, jobs = self.deadline() - now, 0.0, []
         for i, a in enumerate(audio):
             left = max(0.0, a - self.segment_samples / self.sample_rate) if i == 0 and current else a
             if i == 0 and current and running is not None:
                 release = running  # on the engine now: its slot is busy that long
             elif a > 0:
-                jobs.append(Job(k * speed.predict(mode, a) * left / a, due, left))
+                jobs.append(Job(k * rate.predict(mode, a) * left / a, due, left))
             due += left
         return Stream(tuple(jobs), release)
 
     def audio_of(self, texts: Sequence[str]) -> list[float]:
-        return [self.speed.audio_s(t, self.options.speed) for t in texts]
+        return [self.engine_rate.audio_s(t, self.options.speed) for t in texts]
 
     def buffered_s(self) -> float:
         """Audio made for the listener that they have not heard yet (0 before the first):
@@ -124,20 +124,20 @@ class Listener:
         segment when the other listeners leave the engine no headroom for it."""
         if self.requested != "frozen-first" or not self.live:
             return self.requested
-        speed = self.speed
-        need = speed.predict("exact", speed.audio_s(text, self.options.speed))
-        if self.buffered_s() >= speed.safety(self.settings.preroll_safety) * need:
+        rate = self.engine_rate
+        need = rate.predict("exact", rate.audio_s(text, self.options.speed))
+        if self.buffered_s() >= rate.safety(self.settings.preroll_safety) * need:
             return "exact"
         if self.t_first_audio is not None and self._streaming_too_slow():
             return "exact"
-        k = speed.safety(self.settings.preroll_safety)
-        if self.budget is not None and not self.budget.headroom(self, k * speed.rtf("frozen-first")):
+        k = rate.safety(self.settings.preroll_safety)
+        if self.budget is not None and not self.budget.headroom(self, k * rate.rtf("frozen-first")):
             return "exact"  # streaming inside a segment costs more than the engine has spare
         return self.requested
 
     def _streaming_too_slow(self) -> bool:
-        speed = self.speed
-        return speed.rtf("frozen-first") * speed.safety(self.settings.preroll_safety) >= 1.0
+        rate = self.engine_rate
+        return rate.rtf("frozen-first") * rate.safety(self.settings.preroll_safety) >= 1.0
 
     def later_mode(self) -> str | None:
         """The mode a segment after the next one is forecast to get."""
@@ -155,7 +155,7 @@ class Listener:
         if complete and self.live and self.plan is None:
             self.plan = self._plan(texts, modes, mode)
         ms = (round(1000 * shared) if shared is not None else
-              preroll_ms(self.speed, self.settings, self.options.speed, texts, self.buffered_s(), modes))
+              preroll_ms(self.engine_rate, self.settings, self.options.speed, texts, self.buffered_s(), modes))
         if self.t_play is None:
             self.preroll_told_s = ms / 1000
         return ms
@@ -164,7 +164,7 @@ class Listener:
         """The reply is made: what its arrivals needed tunes the margins (``margins.py``)."""
         if self.plan is not None and self.arrivals:
             preroll_at, _, bucket = self.plan
-            self.speed.margins.observe(bucket, needed_stretch(preroll_at, self.arrivals))
+            self.engine_rate.margins.observe(bucket, needed_stretch(preroll_at, self.arrivals))
             self.plan = None
 
     def _plan(self, texts: Sequence[str], modes: Sequence[str | None],
@@ -173,7 +173,7 @@ class Listener:
         if (shared := self._shared_pieces(texts)) is not None:
             pieces, k = shared
             return (lambda s: preroll_from(scaled(pieces, s / k))), self.clock(), SHARED
-        segments = forecast(texts, modes, self.speed, self.options.speed)
+        segments = forecast(texts, modes, self.engine_rate, self.options.speed)
         return (lambda s: preroll_s(segments, 0.0, s)), self.clock(), mode or DEFAULT
 
     def shared_preroll_s(self, texts: Sequence[str]) -> float | None:
@@ -184,7 +184,7 @@ class Listener:
         if shared is None:
             return None
         pieces, k = shared
-        learned = self.speed.margins.factor(SHARED)  # (never under the budget's own: its promises)
+        learned = self.engine_rate.margins.factor(SHARED)  # (never under the budget's own: its promises)
         return preroll_from(scaled(pieces, learned / k) if learned and learned > k else pieces, self.buffered_s())
 
     def _shared_pieces(self, texts: Sequence[str]) -> tuple[list[tuple[float, float, float]], float] | None:
@@ -209,9 +209,9 @@ class Listener:
         horizon = self.settings.lookahead_s
         if not self.live or horizon <= 0 or self.t_first_audio is None:
             return
-        speed = self.speed
-        need = sum(speed.predict(self.requested, speed.audio_s(t, self.options.speed))
+        rate = self.engine_rate
+        need = sum(rate.predict(self.requested, rate.audio_s(t, self.options.speed))
                    for t in list(pending)[: max(1, self.settings.lookahead)])
-        excess = self.buffered_s() - horizon - speed.safety(self.settings.preroll_safety) * need
+        excess = self.buffered_s() - horizon - rate.safety(self.settings.preroll_safety) * need
         if excess > 0:
             await asyncio.sleep(excess)

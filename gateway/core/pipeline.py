@@ -89,7 +89,7 @@ class Pipeline(BudgetMember):
         self.sample_rate = hub.engine.sample_rate
         self.segmenter = Segmenter(first_clause_words=s.first_clause_words if o.first_clause else 0,
                                    max_chars=s.max_segment_chars)
-        self.listener = Listener(hub.speed, s, o, requested=requested, sample_rate=self.sample_rate, live=live,
+        self.listener = Listener(hub.engine_rate, s, o, requested=requested, sample_rate=self.sample_rate, live=live,
                                  budget=hub.budget if live else None)
         self.verdict: Verdict | None = None  # the real-time budget's, for a reply that opens a session
         self.current: str | None = None  # the segment being synthesized

@@ -1,7 +1,7 @@
 """How much audio a player should hold before it starts: ``preroll_s``.
 
 The forecast: the segments still to synthesize (their audio estimated from their text) are
-made one after another, each taking what ``LiveSpeed`` predicts for it. A segment that the
+made one after another, each taking what ``EngineRate`` predicts for it. A segment that the
 engine streams inside itself delivers its audio from a measured share of its time on,
 evenly; one it makes whole arrives at its end. A player that starts at time S and then plays
 in real time never runs dry when every piece of audio arrives before its place in playback:
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Iterable, Protocol, Sequence
 
 
-class Speed(Protocol):  # what ``speed.LiveSpeed`` offers a forecast (no import: it imports this module's users)
+class Rate(Protocol):  # what ``engine_rate.EngineRate`` offers a forecast (no import: it imports this module's users)
     def audio_s(self, text: str, speed: float = 1.0) -> float: ...
 
     def predict(self, mode: str | None, audio_s: float) -> float: ...
@@ -96,13 +96,13 @@ def oracle_start(arrivals: Iterable[tuple[float, float]]) -> float:
     return start
 
 
-def forecast(texts: Sequence[str], modes: Sequence[str | None], speed: Speed,
-             rate: float = 1.0) -> list[Forecast]:
-    """Forecasts for ``texts``, each made in its mode of ``modes``, at ``speed``; ``rate`` is
-    the speaking rate asked for (``speed`` option)."""
+def forecast(texts: Sequence[str], modes: Sequence[str | None], rate: Rate,
+             speed: float = 1.0) -> list[Forecast]:
+    """Forecasts for ``texts``, each made in its mode of ``modes``, at the engine's ``rate``;
+    ``speed`` is the speaking rate asked for (``speed`` option)."""
     out = []
     for text, mode in zip(texts, modes):
-        audio = speed.audio_s(text, rate)
+        audio = rate.audio_s(text, speed)
         if audio > 0:
-            out.append(Forecast(audio, speed.predict(mode, audio), speed.first_fraction(mode)))
+            out.append(Forecast(audio, rate.predict(mode, audio), rate.first_fraction(mode)))
     return out

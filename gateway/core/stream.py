@@ -7,7 +7,7 @@ replies in turn: ``cancel`` (barge-in) stops the current pipeline, drops the aud
 the channel, and the next input starts a fresh one on the same ``out``.
 
 The engine is reached through the ``SynthesisHub`` (``synthesis.py``): identical segments share
-one synthesis, repeats come from its cache, and every call feeds the live speed from which
+one synthesis, repeats come from its cache, and every call feeds the engine's live rate from which
 each segment's vocoder mode, the look-ahead and the ``preroll_ms`` sent to players are sized.
 """
 from __future__ import annotations
@@ -54,7 +54,7 @@ class StreamSession:
     ) -> None:
         self.id = uuid.uuid4().hex[:12]
         self.engine, self.options, self.settings = engine, options, settings
-        # without the application's hub: a private one (no cache, no sharing, its own speed)
+        # without the application's hub: a private one (no cache, no sharing, its own engine rate)
         self.hub = hub or SynthesisHub(engine, timeout_s=settings.synth_timeout_s, metrics=metrics)
         self.agent, self.metrics = agent, metrics
         self.conversation = Conversation(agent, settings, metrics) if agent is not None else None
@@ -77,7 +77,7 @@ class StreamSession:
     def admit(self) -> None:
         """The engine's real-time budget on this session (``budget.py``): admitted now, queued
         (``ready.queued_ms``), or ``Overloaded`` with the forecast wait as its ``retry_after``."""
-        audio = planned([self.hub.speed.audio_s(t, self.options.speed) for t in self._texts()])
+        audio = planned([self.hub.engine_rate.audio_s(t, self.options.speed) for t in self._texts()])
         self.pipeline.admitted(self.hub.budget.admit(audio, self.requested_vocoder()), audio)
 
     def ready_fields(self) -> dict[str, Any]:
@@ -88,7 +88,7 @@ class StreamSession:
         if shared is not None:
             preroll = round(1000 * shared)
         else:
-            preroll = preroll_ms(self.hub.speed, s, o.speed, texts, 0.0, [self.requested_vocoder()] * len(texts))
+            preroll = preroll_ms(self.hub.engine_rate, s, o.speed, texts, 0.0, [self.requested_vocoder()] * len(texts))
         listener.preroll_told_s = preroll / 1000
         return {
             "session": self.id,

@@ -17,7 +17,7 @@ A flight's engine call waits for one of the engine's slots in deadline order (``
 the listener whose buffer runs dry first goes first); the speed is measured from the moment
 it has one. ``budget`` holds the admitted listeners and forecasts what the engine can take.
 
-Every flight reports its speed to ``LiveSpeed``, and has one watchdog timer (re-armed only
+Every flight reports its rate to ``EngineRate``, and has one watchdog timer (re-armed only
 when it fires early), not one per chunk.
 
 An engine that declares ``timestamps`` is always asked for them (they cost nothing): a flight's
@@ -39,7 +39,7 @@ from ..engines.base import Engine
 from ..errors import EngineTimeout
 from ..metrics import Metrics
 from .scheduler import EngineScheduler
-from .engine_rate import LiveSpeed
+from .engine_rate import EngineRate
 from ..kokoro.timestamps import WordTimes
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ class Flight:
         self._progress = self._loop.time()
         self._watchdog: asyncio.TimerHandle | None = None
         deadline, owner = slot if slot is not None else (time.perf_counter(), None)
-        work = hub.speed.predict(mode, hub.speed.audio_s(text, speed))
+        work = hub.engine_rate.predict(mode, hub.engine_rate.audio_s(text, speed))
         self.task = asyncio.create_task(self._scheduled(text, voice, speed, mode, buffered_s, deadline, work, owner))
 
     async def _scheduled(self, text: str, voice: str, speed: float, mode: str | None, buffered_s: float,
@@ -102,10 +102,10 @@ class Flight:
                     self._wake()
             wall = time.perf_counter() - started
             audio_s = self.samples / hub.engine.sample_rate
-            hub.speed.observe(mode, audio_s, wall, first if first is not None else wall,
-                              chars=len(text.strip()), speed=speed)
+            hub.engine_rate.observe(mode, audio_s, wall, first if first is not None else wall,
+                                    chars=len(text.strip()), speed=speed)
             if m:
-                m.rtf.labels(mode or "default").set(hub.speed.rtf(mode))
+                m.rtf.labels(mode or "default").set(hub.engine_rate.rtf(mode))
             hub.finished(self)
         except asyncio.CancelledError:
             if self.error is None:
@@ -191,15 +191,15 @@ class Follower:
 
 
 class SynthesisHub:
-    """The one place that calls the engine for streaming sessions: flights, cache, speed."""
+    """The one place that calls the engine for streaming sessions: flights, cache, the engine's rate."""
 
     def __init__(self, engine: Engine, *, cache_mb: float = 0.0, timeout_s: float = 30.0,
-                 metrics: Metrics | None = None, speed: LiveSpeed | None = None,
+                 metrics: Metrics | None = None, engine_rate: EngineRate | None = None,
                  settings: Settings | None = None) -> None:
         self.engine, self.metrics, self.timeout_s = engine, metrics, timeout_s
-        self.speed = speed or LiveSpeed()
+        self.engine_rate = engine_rate or EngineRate()
         self.scheduler = EngineScheduler(engine.max_concurrency)
-        self.budget = Budget(self.speed, self.scheduler, settings or Settings())
+        self.budget = Budget(self.engine_rate, self.scheduler, settings or Settings())
         self.cache_limit = int(cache_mb * 1024 * 1024)
         self.cache: OrderedDict[Key, tuple[bytes, tuple[WordTimes, ...]]] = OrderedDict()
         self.cache_bytes = 0
@@ -229,7 +229,7 @@ class SynthesisHub:
         return flight.follow()
 
     async def warm_up(self, text: str, voice: str) -> None:
-        """Measure the engine's speed once per mode a session uses by default (whole segments,
+        """Measure the engine's rate once per mode a session uses by default (whole segments,
         and streamed inside a segment where the engine can); never raises. Waits for the
         engine's background work (the streaming vocoder's build) so as not to measure it."""
         modes: tuple[str | None, ...] = (None,)
@@ -245,10 +245,10 @@ class SynthesisHub:
                     async for _ in chunks:
                         pass
             except Exception as exc:
-                log.warning("speed warm-up failed (%s); the first requests assume real time", exc)
+                log.warning("rate warm-up failed (%s); the first requests assume real time", exc)
                 return
-            log.info("engine speed measured in %.2f s%s: RTF %.3f", time.perf_counter() - t0,
-                     f" ({mode})" if mode else "", self.speed.rtf(mode))
+            log.info("engine rate measured in %.2f s%s: RTF %.3f", time.perf_counter() - t0,
+                     f" ({mode})" if mode else "", self.engine_rate.rtf(mode))
 
     def _count(self, outcome: str) -> None:
         if self.metrics is not None:

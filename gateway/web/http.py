@@ -19,7 +19,8 @@ async def readyz(request: web.Request) -> web.Response:
             "agent": {"backend": gw.agent.backend, "label": gw.agent.label}}  # who answers `prompt`
     if gw.load_error:
         body["error"] = gw.load_error
-    body["speed"] = gw.hub.speed.snapshot()  # the engine's live RTF per vocoder mode
+    # the engine's live RTF per vocoder mode (``speed``: its older name, kept for probes)
+    body["engine_rate"] = body["speed"] = gw.hub.engine_rate.snapshot()
     body["budget"] = gw.hub.budget.snapshot()  # load in engine-seconds per second, queue
     body["cache"] = {"segments": len(gw.hub.cache), "bytes": gw.hub.cache_bytes,
                      "limit_bytes": gw.hub.cache_limit, "in_flight": len(gw.hub.flights)}
