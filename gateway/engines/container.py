@@ -41,7 +41,6 @@ log = logging.getLogger(__name__)
 SAMPLE_RATE = 24000
 CONNECT_TIMEOUT_S = 5.0
 START_TIMEOUT_S = 180.0  # a GPU container may take minutes to load its model
-POOL_SIZE = 4
 POOL_IDLE_S = 30.0  # idle sockets older than this are closed rather than reused
 CLOSE_TIMEOUT_S = 1.0
 

@@ -65,10 +65,6 @@ def manifest() -> dict[str, str]:
     return {name: digest for digest, name in (line.split() for line in text.splitlines() if line)}
 
 
-def voice_ids() -> tuple[str, ...]:
-    return tuple(sorted(name.removesuffix(".bin") for name in manifest()))
-
-
 def sri_sha512(data: bytes) -> str:
     """A Subresource Integrity string, the form of npm's ``dist.integrity``."""
     return "sha512-" + base64.b64encode(hashlib.sha512(data).digest()).decode()

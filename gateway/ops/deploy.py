@@ -32,8 +32,6 @@ VARIANT = "AllTraffic"
 CONCURRENCY_METRIC = "SageMakerVariantConcurrentRequestsPerModelHighResolution"
 INVOCATIONS_METRIC = "SageMakerVariantInvocationsPerInstance"
 DIMENSION = "sagemaker:variant:DesiredInstanceCount"
-#: the container label that lets SageMaker open the bidirectional stream (set in the image)
-BIDI_LABEL = "com.amazonaws.sagemaker.capabilities.bidirectional-streaming=true"
 
 
 class InvalidRequest(ValueError):
