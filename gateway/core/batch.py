@@ -15,9 +15,8 @@ from typing import AsyncIterator, Callable
 
 from ..audio.encoders import Encoder
 from ..config import Settings
-from .options import StreamOptions
+from .options import StreamOptions, vocoder_mode
 from .pipeline import OUT_EVENTS, Event, Pipeline
-from .stream import default_vocoder
 from .synthesis import SynthesisHub
 
 
@@ -26,10 +25,8 @@ async def drain(hub: SynthesisHub, options: StreamOptions, settings: Settings, *
     """The audio payloads of ``options.text`` in order, as the pipeline makes them. ``live``:
     someone listens as they come (the schedule of a streaming session). Raises the
     ``GatewayError`` that ended the reply; leaving early stops the synthesis."""
-    if live:
-        vocoder = options.vocoder or default_vocoder(hub.engine)
-    else:
-        vocoder = options.vocoder or ("exact" if hub.engine.vocoder_modes else None)
+    vocoder = vocoder_mode(options.vocoder, hub.engine.capabilities, live=live)
+    if not live:
         options = dataclasses.replace(options, first_clause=False)
     out: asyncio.Queue[Event] = asyncio.Queue(maxsize=OUT_EVENTS)
     pipeline = Pipeline(hub, settings, dataclasses.replace(options, chunk_bytes=0), out,

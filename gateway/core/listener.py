@@ -25,6 +25,7 @@ from .options import StreamOptions
 from .margins import needed_stretch, scaled
 from .schedule import forecast, preroll_from, preroll_s
 from .engine_rate import DEFAULT, EngineRate
+from ..kokoro.vocoder.modes import VocoderMode
 
 if TYPE_CHECKING:
     from .budget import Budget
@@ -122,27 +123,27 @@ class Listener:
         the first when even streamed synthesis is slower than real time (the player holds a
         preroll then, and the exact path, which costs less, fills it sooner), and every
         segment when the other listeners leave the engine no headroom for it."""
-        if self.requested != "frozen-first" or not self.live:
+        if self.requested != VocoderMode.FROZEN_FIRST or not self.live:
             return self.requested
         rate = self.engine_rate
-        need = rate.predict("exact", rate.audio_s(text, self.options.speed))
+        need = rate.predict(VocoderMode.EXACT, rate.audio_s(text, self.options.speed))
         if self.buffered_s() >= rate.safety(self.settings.preroll_safety) * need:
-            return "exact"
+            return VocoderMode.EXACT
         if self.t_first_audio is not None and self._streaming_too_slow():
-            return "exact"
+            return VocoderMode.EXACT
         k = rate.safety(self.settings.preroll_safety)
-        if self.budget is not None and not self.budget.headroom(self, k * rate.rtf("frozen-first")):
-            return "exact"  # streaming inside a segment costs more than the engine has spare
+        if self.budget is not None and not self.budget.headroom(self, k * rate.rtf(VocoderMode.FROZEN_FIRST)):
+            return VocoderMode.EXACT  # streaming inside a segment costs more than the engine has spare
         return self.requested
 
     def _streaming_too_slow(self) -> bool:
         rate = self.engine_rate
-        return rate.rtf("frozen-first") * rate.safety(self.settings.preroll_safety) >= 1.0
+        return rate.rtf(VocoderMode.FROZEN_FIRST) * rate.safety(self.settings.preroll_safety) >= 1.0
 
     def later_mode(self) -> str | None:
         """The mode a segment after the next one is forecast to get."""
-        if self.requested == "frozen-first" and self._streaming_too_slow():
-            return "exact"
+        if self.requested == VocoderMode.FROZEN_FIRST and self._streaming_too_slow():
+            return VocoderMode.EXACT
         return self.requested
 
     def preroll_ms(self, texts: Sequence[str], mode: str | None, complete: bool = False) -> int:

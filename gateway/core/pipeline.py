@@ -181,7 +181,7 @@ class Pipeline(BudgetMember):
         segment.put_nowait(Event("sentence", {"index": index, "text": text, "t_ms": self.elapsed_ms(),
                                               "preroll_ms": preroll}))
         synth = self.hub.synthesize(text, voice=o.voice, speed=o.speed, mode=mode,
-                                    key_mode=listener.requested or "", buffered_s=listener.buffered_s(),
+                                    requested_mode=listener.requested or "", buffered_s=listener.buffered_s(),
                                     share=o.cache, slot=(listener.deadline(), listener))
         made = 0
         async with contextlib.aclosing(synth) as chunks:

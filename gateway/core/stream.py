@@ -24,19 +24,14 @@ from ..engines.base import Engine
 from ..errors import BadRequest
 from .listener import preroll_ms
 from ..metrics import Metrics
-from .options import StreamOptions
+from .options import StreamOptions, vocoder_mode
 from .pipeline import OUT_EVENTS, Event, Pipeline
 from .segmenter import split_text
 from .synthesis import SynthesisHub
 
-__all__ = ["Event", "StreamSession", "default_vocoder"]
+__all__ = ["Event", "StreamSession"]
 
 _CLOSE = Event("_close")  # internal: the client ended a conversation between turns
-
-
-def default_vocoder(engine: Engine) -> str | None:
-    """The engine's vocoder mode when the request names none (None: the engine has none)."""
-    return engine.capabilities.default_vocoder
 
 
 class StreamSession:
@@ -99,7 +94,7 @@ class StreamSession:
             "speed": o.speed,
             "chunking": o.chunking,
             "engine": self.engine.name,
-            "vocoder": o.vocoder or self.default_vocoder(),
+            "vocoder": self.requested_vocoder(),
             "preroll_ms": preroll,
             **(self.pipeline.verdict or ADMIT).to_fields(),  # queued_ms: the forecast wait
             "cache": o.cache,
@@ -112,10 +107,7 @@ class StreamSession:
         return self.pipeline.busy or self.turn is not None or not self.out.empty()
 
     def requested_vocoder(self) -> str | None:
-        return self.options.vocoder or self.default_vocoder()
-
-    def default_vocoder(self) -> str | None:
-        return default_vocoder(self.engine)
+        return vocoder_mode(self.options.vocoder, self.engine.capabilities)
 
     # -- input --------------------------------------------------------------------------
     def _open(self) -> Pipeline:

@@ -40,6 +40,7 @@ from ..errors import EngineTimeout
 from ..metrics import Metrics
 from .scheduler import EngineScheduler
 from .engine_rate import EngineRate
+from ..kokoro.vocoder.modes import VocoderMode
 from ..kokoro.timestamps import WordTimes
 
 log = logging.getLogger(__name__)
@@ -206,15 +207,15 @@ class SynthesisHub:
         self.flights: dict[Key, Flight] = {}
 
     def synthesize(self, text: str, *, voice: str, speed: float, mode: str | None = None,
-                   key_mode: str | None = None, buffered_s: float = 0.0,
+                   requested_mode: str | None = None, buffered_s: float = 0.0,
                    share: bool = True, slot: tuple[float, object | None] | None = None) -> AsyncIterator[Item]:
         """PCM chunks for ``text`` (and ``WordTimes`` before them, where the engine gives them).
-        ``mode`` goes to the engine; ``key_mode`` (default ``mode``) is the mode the request
-        asked for, which identical requests share on. ``slot``: (deadline, listener) for the
+        ``mode`` goes to the engine (the listener's pick for this segment); ``requested_mode``
+        (default ``mode``) is the mode the request asked for, which identical requests share on. ``slot``: (deadline, listener) for the
         engine's queue (default: due now, nobody's)."""
         if not share:
             return Flight(self, None, text, voice, speed, mode, buffered_s, slot).follow()
-        key: Key = (voice, round(speed, 3), key_mode if key_mode is not None else (mode or ""),
+        key: Key = (voice, round(speed, 3), requested_mode if requested_mode is not None else (mode or ""),
                     " ".join(text.split()))
         if (entry := self.cache.get(key)) is not None:
             self.cache.move_to_end(key)
@@ -236,7 +237,7 @@ class SynthesisHub:
         if self.engine.vocoder_modes:
             wait = getattr(self.engine, "wait_vocoder", None)
             streams = bool(await wait(voice)) if wait is not None else True
-            modes = ("exact", "frozen-first") if streams else ("exact",)
+            modes = (VocoderMode.EXACT, VocoderMode.FROZEN_FIRST) if streams else (VocoderMode.EXACT,)
         for mode in modes:
             t0 = time.perf_counter()
             try:

@@ -23,13 +23,13 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .modes import MODES
 from .names import CROP, ENERGY, F0, FEATURES, HARMONICS, PHASE_OFFSET
 
 SAMPLE_RATE = 24000
 FRAME = 600  # samples per feature frame (40 frames a second); F0 and energy have two per frame
 FRAME_S = FRAME / SAMPLE_RATE
 SOURCE_UPSAMPLE = 300  # samples per F0 frame in the harmonic source
-MODES = ("exact", "frozen", "frozen-first")
 VOICED_ENERGY = -1.0  # encoder energy above this is sound (it sits near -5..-10 in the padding)
 
 

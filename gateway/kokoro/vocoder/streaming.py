@@ -21,6 +21,7 @@ from ..floatgraph.runtime import make_session
 from ..onnx_sessions import SharedWeights
 from . import calibrate
 from .chunked import FRAME, FRAME_S, MODES, ChunkRunner, Encoded, Policy, fade, voiced_span
+from .modes import VocoderMode
 from .pacing import CostModel, Pacer, first_size, next_size
 from .names import DURATIONS, ENERGY, F0, FEATURES, Statistic
 
@@ -186,7 +187,7 @@ class StreamingVocoder:
                            self._stats[voice], self.policy)
 
     def synthesize_chunks(self, tokens: list[int], style: np.ndarray, speed: float, voice: str, *,
-                          mode: str = "frozen-first", frozen_frames: int | None = None,
+                          mode: str = VocoderMode.FROZEN_FIRST, frozen_frames: int | None = None,
                           buffered_s: float = 0.0) -> Iterator[np.ndarray]:
         """Float32 audio chunks for one segment (``tokens`` without the pad ids).
 
@@ -206,7 +207,7 @@ class StreamingVocoder:
                                        buffered_s=buffered_s)
 
     def stream_encoded(self, enc: Encoded, style: np.ndarray, voice: str, *,
-                       mode: str = "frozen-first", frozen_frames: int | None = None,
+                       mode: str = VocoderMode.FROZEN_FIRST, frozen_frames: int | None = None,
                        buffered_s: float = 0.0) -> Iterator[np.ndarray]:
         """``synthesize_chunks`` from the encoder's output (for tools that alter it)."""
         _check_mode(mode)
@@ -215,15 +216,15 @@ class StreamingVocoder:
         runner = self._runner(enc, style, voice)
         if stop <= start:
             return
-        in_time = (mode == "frozen-first" and frozen_frames is None
+        in_time = (mode == VocoderMode.FROZEN_FIRST and frozen_frames is None
                    and buffered_s >= p.safety * self.predict_exact(enc.frames))
-        if mode == "exact" or stop - start <= p.exact_below or in_time:
+        if mode == VocoderMode.EXACT or stop - start <= p.exact_below or in_time:
             t0 = time.perf_counter()
             audio, window = runner.run(0, enc.frames, exact=True)  # the whole model's statistics
             self.exact_costs.observe(window, time.perf_counter() - t0)
             yield audio[start * FRAME:stop * FRAME]
             return
-        yield from self._stream(runner, start, stop, mode == "frozen-first", frozen_frames, buffered_s)
+        yield from self._stream(runner, start, stop, mode == VocoderMode.FROZEN_FIRST, frozen_frames, buffered_s)
 
     def _stream(self, runner: ChunkRunner, start: int, stop: int, hand_over: bool,
                 frozen_frames: int | None, buffered_s: float = 0.0) -> Iterator[np.ndarray]:
