@@ -25,7 +25,7 @@ REPLY = "Sure, I can help with that. Your order shipped this morning. It should 
 async def url() -> AsyncIterator[str]:
     async with embedded_gateway() as (base, app):
         # streaming inside a segment is built after readiness; these tests use it
-        assert await app[GATEWAY].engine.wait_vocoder()  # type: ignore[attr-defined]
+        assert await app[GATEWAY].engine.wait_vocoder()
         yield base
 
 

@@ -235,8 +235,7 @@ class SynthesisHub:
         engine's background work (the streaming vocoder's build) so as not to measure it."""
         modes: tuple[str | None, ...] = (None,)
         if self.engine.vocoder_modes:
-            wait = getattr(self.engine, "wait_vocoder", None)
-            streams = bool(await wait(voice)) if wait is not None else True
+            streams = await self.engine.wait_vocoder(voice)
             modes = (VocoderMode.EXACT, VocoderMode.FROZEN_FIRST) if streams else (VocoderMode.EXACT,)
         for mode in modes:
             t0 = time.perf_counter()

@@ -83,6 +83,11 @@ class Engine(Protocol):
 
     async def aclose(self) -> None: ...
 
+    async def wait_vocoder(self, voice: str = "") -> bool:
+        """Wait for the background work its vocoder modes need (the embedded engine builds its
+        streaming vocoder after start); True once streaming inside a segment is available."""
+        ...
+
     def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
                    buffered_s: float = 0.0, timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:
         """Yield s16le mono PCM chunks for ``text``. Raise ``EngineError`` on failure.
@@ -127,6 +132,9 @@ class EngineBase:
     @property
     def vocoder_modes(self) -> tuple[str, ...]:
         return self._capabilities.vocoder_modes
+
+    async def wait_vocoder(self, voice: str = "") -> bool:
+        return True  # nothing built in the background: the declared modes are ready
 
     def require(self, thing: S | None) -> S:
         """``thing`` (the loaded model, the client, the pool) or ``NotReady`` if not started."""
