@@ -114,8 +114,13 @@ export class WsChannel {
       if (this.ws.readyState !== WebSocket.OPEN) return;
       const start = { type: 'start', voice: opts.voice, speed: Number(opts.speed), format: opts.format, chunking: opts.chunking, envelope: 'json' };
       if (opts.vocoder) start.vocoder = opts.vocoder;
+      // the text in `start`: the gateway admits the reply knowing its work, and "Play both"
+      // (the same text on SSE) is booked once, as the hub synthesizes it once
+      if (!opts.prompt) start.text = opts.text;
       this.send(start);
+      this.textSent = !opts.prompt;
     } else {
+      this.textSent = false;
       this.run.stats.reused = true; // barge-in left the socket open: the next reply goes on it
     }
     this.ws.onmessage = (m) => this.message(m.data);
@@ -124,7 +129,7 @@ export class WsChannel {
     if (opts.prompt) {
       this.send({ type: 'prompt', prompt: opts.prompt }); // a turn: the socket stays open after `done`
     } else {
-      this.send({ type: 'text', text: opts.text });
+      if (!this.textSent) this.send({ type: 'text', text: opts.text });
       this.send({ type: 'end' });
     }
   }

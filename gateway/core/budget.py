@@ -126,11 +126,15 @@ class Budget:
                 running[id(call.owner)] = left
         busy = sorted(left_s)  # each running call holds its slot that long
         free = busy + [0.0] * (self.slots() - len(busy))
-        streams = []
+        streams, keys = [], set()
         for m in self.members:
             listener = getattr(m, "listener", m)
             if exclude is not None and exclude in (m, listener):
                 continue
+            key = getattr(m, "work_key", None)
+            if key is not None and key in keys:
+                continue  # the same reply as an earlier member's: its synthesis is shared
+            keys.add(key)
             streams.append(m.stream(now, running.get(id(listener))))
         return [s for s in streams if s.jobs], free
 
@@ -177,10 +181,14 @@ class Budget:
         limit = max(self.max_start_s, alone)
         return Verdict(start, alone, 0.0 if start <= limit + 1e-6 else start - limit)
 
-    def admit(self, audio: Sequence[float], mode: str | None) -> Verdict:
+    def admit(self, audio: Sequence[float], mode: str | None, work_key: object = None) -> Verdict:
         """The verdict for a new session (``audio``: its segments' forecast audio; empty: not
-        known yet, a nominal reply), or ``Overloaded`` when it must be refused."""
+        known yet, a nominal reply), or ``Overloaded`` when it must be refused. A session whose
+        ``work_key`` an admitted member has (the same text, voice, speed and vocoder mode, the
+        cache on: "Play both") adds no engine work: the hub synthesizes it once for both."""
         if not self.enabled:
+            return ADMIT
+        if work_key is not None and any(getattr(m, "work_key", None) == work_key for m in self.members):
             return ADMIT
         v = self.verdict(audio, mode)
         if v.wait_s == 0.0 and not self.queue:

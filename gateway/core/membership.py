@@ -24,6 +24,7 @@ class BudgetMember:
     current: str | None  # the segment being synthesized
     planned: list[float]  # audio (s) per segment the budget admitted it for
     verdict: Verdict | None  # the budget's, for a reply that opens a session
+    work_key: object = None  # replies with equal keys share their synthesis: booked once
 
     def _forecast_texts(self, current: str | None) -> list[str]:
         raise NotImplementedError
@@ -35,10 +36,10 @@ class BudgetMember:
         audio = self.listener.audio_of(self._forecast_texts(self.current))
         return self.listener.stream(audio, now, running, current=self.current is not None)
 
-    def admitted(self, verdict: Verdict, planned: list[float]) -> None:
+    def admitted(self, verdict: Verdict, planned: list[float], work_key: object = None) -> None:
         """The budget's verdict on the session this reply opens: admitted now (a member from
         here on, its ``planned`` segments counted until its text comes) or queued."""
-        self.verdict, self.planned = verdict, planned
+        self.verdict, self.planned, self.work_key = verdict, planned, work_key
         if verdict.wait_s == 0.0 and self.listener.live:
             self.listener.promised_start = self.listener.clock() + min(verdict.start_s, self.settings.lookahead_s)
             self.hub.budget.add(self)

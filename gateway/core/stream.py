@@ -72,8 +72,12 @@ class StreamSession:
     def admit(self) -> None:
         """The engine's real-time budget on this session (``budget.py``): admitted now, queued
         (``ready.queued_ms``), or ``Overloaded`` with the forecast wait as its ``retry_after``."""
-        audio = planned([self.hub.engine_rate.audio_s(t, self.options.speed) for t in self._texts()])
-        self.pipeline.admitted(self.hub.budget.admit(audio, self.requested_vocoder()), audio)
+        texts, o = self._texts(), self.options
+        audio = planned([self.hub.engine_rate.audio_s(t, o.speed) for t in texts])
+        # identical replies share their synthesis (the hub): the same work, booked once
+        work_key = (o.voice, o.speed, self.requested_vocoder(), tuple(texts)) if o.cache and texts else None
+        verdict = self.hub.budget.admit(audio, self.requested_vocoder(), work_key)
+        self.pipeline.admitted(verdict, audio, work_key)
 
     def ready_fields(self) -> dict[str, Any]:
         o, s = self.options, self.settings
