@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .budget import ADMIT, Stream, Verdict
+from .budget import ADMIT, ShareKey, Stream, Verdict, share_key
 
 if TYPE_CHECKING:
     from .config import Settings
     from .listener import Listener
+    from .options import StreamOptions
     from .synthesis import SynthesisHub
 
 
@@ -24,9 +25,18 @@ class BudgetMember:
     current: str | None  # the segment being synthesized
     planned: list[float]  # audio (s) per segment the budget admitted it for
     verdict: Verdict | None  # the budget's, for a reply that opens a session
+    options: "StreamOptions"
 
     def _forecast_texts(self, current: str | None) -> list[str]:
         raise NotImplementedError
+
+    def share_key(self) -> ShareKey | None:
+        """What this reply's remaining work is shared on with identical replies (the hub's
+        flights), None before its text comes or with ``cache`` off."""
+        if self.t_input is None:
+            return None
+        o = self.options
+        return share_key(o.voice, o.speed, self.listener.requested, self._forecast_texts(self.current), o.cache)
 
     def stream(self, now: float, running: float | None) -> Stream:
         """The engine work this reply still needs; before any input, the reply it was admitted for."""

@@ -17,7 +17,7 @@ import uuid
 from typing import Any, AsyncIterator
 
 from .agent import AGENT_CODES, Agent, AgentError, Conversation, Turn
-from .budget import ADMIT, planned
+from .budget import ADMIT, planned, share_key
 from .config import Settings
 from .engines.base import Engine
 from .errors import BadRequest
@@ -76,8 +76,10 @@ class StreamSession:
     def admit(self) -> None:
         """The engine's real-time budget on this session (``budget.py``): admitted now, queued
         (``ready.queued_ms``), or ``Overloaded`` with the forecast wait as its ``retry_after``."""
-        audio = planned([self.hub.speed.audio_s(t, self.options.speed) for t in self._texts()])
-        self.pipeline.admitted(self.hub.budget.admit(audio, self.requested_vocoder()), audio)
+        o, texts, mode = self.options, self._texts(), self.requested_vocoder()
+        audio = planned([self.hub.speed.audio_s(t, o.speed) for t in texts])
+        key = share_key(o.voice, o.speed, mode, texts, o.cache)  # "Play both": one reply's work
+        self.pipeline.admitted(self.hub.budget.admit(audio, mode, key), audio)
 
     def ready_fields(self) -> dict[str, Any]:
         o, s = self.options, self.settings
