@@ -150,25 +150,29 @@ class Budget:
         their synthesis count once; ``exclude`` (a member or its listener) and the members it
         shares with, or that share ``key``, are left out."""
         now = self.clock()
+        if key is None and exclude is not None:
+            key = next((_key_of(m) for m in self.members if exclude in (m, getattr(m, "listener", m))), None)
+        counted: list[ShareKey | None] = [key]
+        left_out: set[int] = set()  # listeners whose work is the one left out's own
+        members = []
+        for m in self.members:
+            listener, mine = getattr(m, "listener", m), _key_of(m)
+            if (exclude is not None and exclude in (m, listener)) or any(shares(mine, k) for k in counted):
+                left_out.add(id(listener))  # left out, or its work is a twin's
+                continue
+            counted.append(mine)
+            members.append((m, listener))
         running: dict[int, float] = {}
+        busy = []
         left_s = self.scheduler.remaining_s()  # once: the same instant for every part
         for call, left in zip(self.scheduler.running, left_s):
             if call.owner is not None:
                 running[id(call.owner)] = left
-        busy = sorted(left_s)  # each running call holds its slot that long
+            if call.owner is None or id(call.owner) not in left_out or key is None:
+                busy.append(left)  # (a twin's call is the segment the one left out will join)
+        busy.sort()  # each running call holds its slot that long
         free = busy + [0.0] * (self.slots() - len(busy))
-        if key is None and exclude is not None:
-            key = next((_key_of(m) for m in self.members if exclude in (m, getattr(m, "listener", m))), None)
-        streams, counted = [], [key]
-        for m in self.members:
-            listener = getattr(m, "listener", m)
-            if exclude is not None and exclude in (m, listener):
-                continue
-            mine = _key_of(m)
-            if any(shares(mine, k) for k in counted):
-                continue  # its work is a twin's (or the one left out's)
-            counted.append(mine)
-            streams.append(m.stream(now, running.get(id(listener))))
+        streams = [m.stream(now, running.get(id(listener))) for m, listener in members]
         return [s for s in streams if s.jobs], free
 
     def twin_start(self, key: ShareKey | None) -> float | None:

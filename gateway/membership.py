@@ -25,6 +25,7 @@ class BudgetMember:
     current: str | None  # the segment being synthesized
     planned: list[float]  # audio (s) per segment the budget admitted it for
     verdict: Verdict | None  # the budget's, for a reply that opens a session
+    planned_key: ShareKey | None  # the share key of the text it was admitted with
     options: "StreamOptions"
 
     def _forecast_texts(self, current: str | None) -> list[str]:
@@ -33,8 +34,8 @@ class BudgetMember:
     def share_key(self) -> ShareKey | None:
         """What this reply's remaining work is shared on with identical replies (the hub's
         flights), None before its text comes or with ``cache`` off."""
-        if self.t_input is None:
-            return None
+        if self.t_input is None:  # admitted, its text not fed yet: the text it was admitted with
+            return getattr(self, "planned_key", None)
         o = self.options
         return share_key(o.voice, o.speed, self.listener.requested, self._forecast_texts(self.current), o.cache)
 
@@ -45,10 +46,10 @@ class BudgetMember:
         audio = self.listener.audio_of(self._forecast_texts(self.current))
         return self.listener.stream(audio, now, running, current=self.current is not None)
 
-    def admitted(self, verdict: Verdict, planned: list[float]) -> None:
+    def admitted(self, verdict: Verdict, planned: list[float], key: ShareKey | None = None) -> None:
         """The budget's verdict on the session this reply opens: admitted now (a member from
-        here on, its ``planned`` segments counted until its text comes) or queued."""
-        self.verdict, self.planned = verdict, planned
+        here on, its ``planned`` segments, shared on ``key``, counted until its text comes) or queued."""
+        self.verdict, self.planned, self.planned_key = verdict, planned, key
         if verdict.wait_s == 0.0 and self.listener.live:
             self.listener.promised_start = self.listener.clock() + min(verdict.start_s, self.settings.lookahead_s)
             self.hub.budget.add(self)

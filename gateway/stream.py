@@ -79,7 +79,7 @@ class StreamSession:
         o, texts, mode = self.options, self._texts(), self.requested_vocoder()
         audio = planned([self.hub.speed.audio_s(t, o.speed) for t in texts])
         key = share_key(o.voice, o.speed, mode, texts, o.cache)  # "Play both": one reply's work
-        self.pipeline.admitted(self.hub.budget.admit(audio, mode, key), audio)
+        self.pipeline.admitted(self.hub.budget.admit(audio, mode, key), audio, key)
 
     def ready_fields(self) -> dict[str, Any]:
         o, s = self.options, self.settings
