@@ -234,7 +234,9 @@ class Budget:
 
     def admit(self, audio: Sequence[float], mode: str | None, key: ShareKey | None = None) -> Verdict:
         """The verdict for a new session (``audio``: its segments' forecast audio; empty: not
-        known yet, a nominal reply), or ``Overloaded`` when it must be refused."""
+        known yet, a nominal reply), or ``Overloaded`` when it must be refused. A session whose
+        ``key`` an admitted member shares (the same text, voice, speed and vocoder mode, the
+        cache on: "Play both") adds no engine work: the hub synthesizes it once for both."""
         if not self.enabled:
             return ADMIT
         v = self.verdict(audio, mode, key=key)

@@ -114,14 +114,14 @@ export class WsChannel {
       if (this.ws.readyState !== WebSocket.OPEN) return;
       const start = { type: 'start', voice: opts.voice, speed: Number(opts.speed), format: opts.format, chunking: opts.chunking, envelope: 'json' };
       if (opts.vocoder) start.vocoder = opts.vocoder;
-      // the text in `start`: the engine's budget then admits the reply it really is (with "Play
-      // both", the SSE reply's twin, sharing its synthesis) rather than a nominal one
+      // the text in `start`: the gateway admits the reply knowing its work, and "Play both"
+      // (the same text on SSE) is booked once, as the hub synthesizes it once
       if (!opts.prompt) start.text = opts.text;
       this.send(start);
       this.textSent = !opts.prompt;
     } else {
-      this.run.stats.reused = true; // barge-in left the socket open: the next reply goes on it
       this.textSent = false;
+      this.run.stats.reused = true; // barge-in left the socket open: the next reply goes on it
     }
     this.ws.onmessage = (m) => this.message(m.data);
     this.ws.onclose = (e) => this.run.closed(e.code);

@@ -6,7 +6,6 @@ mocked: clients speak real WebSockets to real servers.
 """
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -38,6 +37,7 @@ from gateway.segmenter import split_text
 from gateway.state import GATEWAY
 
 from .conftest import Server, fake_settings, free_port
+from .support.engines import SlowLoadingEngine
 
 ROOT = Path(__file__).resolve().parent.parent
 REPLY = "Sure, I can help with that. The train leaves at nine tonight. Does that work for you?"
@@ -198,17 +198,6 @@ async def test_stream_takes_binary_control_frames_and_keeps_the_socket(container
         await ws.send_bytes(b"\xff\xfe not utf-8")
         events, _ = await read_reply(ws)
         assert events[-1]["type"] == "error" and events[-1]["code"] == "invalid_json"
-
-
-class SlowLoadingEngine(FakeEngine):
-    """The fake engine, with a start() that waits until the test lets it finish."""
-
-    def __init__(self, settings: Any) -> None:
-        super().__init__(settings)
-        self.loaded = asyncio.Event()
-
-    async def start(self) -> None:
-        await self.loaded.wait()
 
 
 class BrokenEngine(FakeEngine):

@@ -9,9 +9,9 @@ from typing import Any
 import aiohttp
 from yarl import URL
 
-from gateway.engines.fake import FakeEngine
 
 from .conftest import Server, fake_settings
+from .support.engines import SlowLoadingEngine
 
 Events = list[tuple[str, Any]]
 
@@ -148,17 +148,6 @@ async def test_a_reply_at_work_is_not_idle(start_server, http) -> None:
         await ws.send_json({"type": "end"})
         events = await read_to_close(ws)
     assert "closing" not in kinds(events) and kinds(events)[-1] == "done" and ws.close_code == 1000
-
-
-class SlowLoadingEngine(FakeEngine):
-    """Loads once ``loaded`` is set: a GPU engine still loading when the first client comes."""
-
-    def __init__(self, settings: Any) -> None:
-        super().__init__(settings)
-        self.loaded = asyncio.Event()
-
-    async def start(self) -> None:
-        await self.loaded.wait()
 
 
 async def test_a_start_waiting_for_the_engine_is_not_idle(http) -> None:
