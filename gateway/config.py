@@ -62,9 +62,14 @@ class Settings:
     preroll_safety: float = 1.15
     # identical segments share one synthesis; finished ones are kept (PCM, LRU) up to this size
     cache_mb: float = 64.0
-    # spoken once after start-up (in the background) to measure the engine's speed before the
-    # first listener arrives; empty: the first requests use a prior of real time
+    # spoken once at start-up to measure the engine's speed before the first listener arrives;
+    # empty: the first requests use a prior of real time
     speed_warmup_text: str = "This sentence measures how fast the engine speaks on this machine."
+    # finish start-up work (the streaming vocoder's build, the speed warm-up) before saying
+    # ready, so that the first listener neither shares the cores with it nor waits behind it;
+    # false: say ready once the model is loaded and do that work in the background (faster
+    # to ready, a slower first reply: docs/BENCHMARKS.md, "First reply and Play both")
+    startup_before_ready: bool = True
 
     # embedded engine (Kokoro-82M int8 ONNX on onnxruntime)
     embedded_threads: int = 2  # intra-op threads per inference

@@ -294,3 +294,20 @@ def test_listeners_bench_on_fake(tmp_path: Path) -> None:
             if row["outcome"] in ("admitted", "queued"):
                 assert row["audio_s"] == pytest.approx(fake_duration_s(listeners_bench.paragraph(k)), abs=0.01)
                 assert row["first_audio_s"] <= row["start_s"] and row["oracle_s"] >= row["first_audio_s"] - 1e-3
+
+
+def test_firstreply_bench_on_fake(tmp_path: Path) -> None:
+    from bench import firstreply
+
+    assert firstreply.main(["--engine", "fake", "--out", str(tmp_path), "--set", "fake_rtf=0.3"]) == 0
+    out = load(tmp_path / "firstreply.json")
+    orders = {o["order"]: o for o in out["orders"]}
+    assert set(orders) == {"ready-first", "prepared"}
+    for o in orders.values():
+        assert [r["reply"] for r in o["replies"]] == ["first (cold)", "second", "play both: sse", "play both: ws"]
+        assert {r["audio_s"] for r in o["replies"]} == {o["audio_s"]} and o["audio_s"] > 0
+        assert all(r["start_vs_batch"] > 0 for r in o["replies"])
+    # the rate warm-up runs after the ready line only in the old order
+    measured = [any("engine rate measured" in line for line in o["log_after_ready"]) for o in orders.values()]
+    assert measured == [True, False]
+

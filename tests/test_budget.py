@@ -10,7 +10,7 @@ import asyncio
 import pytest
 
 from bench.player import Arrival, simulate
-from gateway.core.budget import Budget, Job, Stream, edf, late, newcomer
+from gateway.core.budget import Budget, Job, Stream, edf, late, newcomer, share_key
 from gateway.config import Settings
 from gateway.errors import Overloaded
 from gateway.core.listener import Listener
@@ -158,6 +158,47 @@ def test_a_session_alone_is_admitted_at_once_even_on_a_slow_engine() -> None:
     budget = Budget(rate, EngineScheduler(slots=1), Settings(max_start_s=3.0), clock=clock)
     v = budget.admit([3.0] * 5, None)
     assert v.wait_s == 0.0 and v.start_s > 3.0 and v.start_s == v.alone_s
+
+
+class Sharing(Fixed):
+    """A ``Fixed`` member whose synthesis identical replies share (``cache`` on), promised a start."""
+
+    def __init__(self, jobs: list[tuple[float, float]], texts: list[str], clock: Clock, start_s: float) -> None:
+        super().__init__(jobs)
+        self.key = share_key("tone_a", 1.0, None, texts, True)
+        self.listener = type("L", (), {"promised_start": clock() + start_s})()
+
+    def share_key(self):  # type: ignore[no-untyped-def]
+        return self.key
+
+
+def test_a_reply_that_shares_its_synthesis_is_admitted_with_its_twin_and_counted_once() -> None:
+    """"Play both": the same text on two channels is one reply's engine work, not two."""
+    clock, rate = Clock(), steady_rate(0.5)
+    settings = Settings(max_start_s=1.0, queue_timeout_s=60.0)
+    budget = Budget(rate, EngineScheduler(slots=1), settings, clock=clock)
+    texts = [f"Sentence number {k} of the reply." for k in range(5)]
+    first = Sharing([(0.9, k + 1.0) for k in range(5)], texts, clock, start_s=0.4)
+    budget.add(first)
+    load, backlog = budget.load(), budget.backlog_s()
+    audio = [2.0] * 5
+    # the same text with sharing off: more work for a booked engine, so it waits
+    assert budget.admit(audio, None).wait_s > 0
+    # with sharing on, and with a little less left (its twin is a segment ahead): its twin's start, no wait
+    for mine in (texts, texts[1:]):
+        v = budget.admit(audio, None, share_key("tone_a", 1.0, None, mine, True))
+        assert v.wait_s == 0.0 and v.start_s == pytest.approx(0.4)
+    # another voice, speed or text shares nothing
+    for other in (share_key("tone_b", 1.0, None, texts, True), share_key("tone_a", 1.2, None, texts, True),
+                  share_key("tone_a", 1.0, None, texts[:2] + ["Something else."], True)):
+        assert budget.admit(audio, None, other).wait_s > 0
+    budget.add(Sharing([(0.9, k + 1.0) for k in range(5)], texts, clock, start_s=0.4))
+    assert (budget.load(), budget.backlog_s()) == (load, backlog)  # its twin's work, counted once
+    assert budget.streams(exclude=first)[0] == []  # nor counted as others' work ahead of it
+    # the preroll of the second: its twin's work is its own, not work queued ahead of it
+    second = listener(rate, clock, budget)
+    assert second.shared_preroll_s(texts) is None  # nobody else's work on the engine
+    assert second.shared_preroll_s([f"Another sentence {k}." for k in range(5)]) > 0
 
 
 @pytest.mark.parametrize(("arrivals", "start"), [

@@ -17,6 +17,11 @@ long: ``queued_ms``) or, when the wait would pass ``queue_timeout_s``, is refuse
 someone who came after them: admission needs every admitted deadline met (or no later than
 it would be anyway, on a machine that already runs behind).
 
+Replies that share their synthesis (the demo's "Play both": the same text, voice, speed and
+vocoder mode with ``cache`` on, so the hub serves both from one flight) are one reply's work:
+``share_key`` names it, a newcomer whose twin is admitted starts with it (its verdict is the
+twin's start, never a wait for the twin's work), and the budget counts their work once.
+
 ``load`` is the engine-seconds per second the admitted listeners need while they play (each
 listener's live RTF, over the slots), with the work queued now (``backlog_s``) beside it.
 """
@@ -56,6 +61,30 @@ class Verdict:
 
 
 ADMIT = Verdict(0.0, 0.0, 0.0)
+
+# (voice, speed, vocoder mode, the remaining segments' texts): the synthesis hub's key per segment
+ShareKey = tuple[str, float, str, tuple[str, ...]]
+
+
+def share_key(voice: str, speed: float, mode: str | None, texts: Sequence[str], share: bool) -> ShareKey | None:
+    """What a reply's remaining work is shared on (None: it shares nothing, or has no text yet)."""
+    if not share or not texts:
+        return None
+    return voice, round(speed, 3), mode or "", tuple(" ".join(t.split()) for t in texts)
+
+
+def shares(a: ShareKey | None, b: ShareKey | None) -> bool:
+    """Do two replies follow the same flights? The same voice, speed and mode, and the remaining
+    segments of one are the last segments of the other (one of them is a little ahead)."""
+    if a is None or b is None or a[:3] != b[:3]:
+        return False
+    short, long = sorted((a[3], b[3]), key=len)
+    return bool(short) and long[len(long) - len(short):] == short
+
+
+def _key_of(member: object) -> ShareKey | None:
+    key = getattr(member, "share_key", None)
+    return key() if callable(key) else None
 
 
 class Member(Protocol):
@@ -116,27 +145,44 @@ class Budget:
         never makes anyone wait."""
         return min(self.scheduler.slots, len(self.members) + len(self.scheduler.running) + 1)
 
-    def streams(self, exclude: object = None) -> tuple[list[Stream], list[float]]:
-        """Every member's remaining work now, and when each slot is free."""
+    def streams(self, exclude: object = None, key: ShareKey | None = None) -> tuple[list[Stream], list[float]]:
+        """Every member's remaining work now, and when each slot is free. Members sharing
+        their synthesis count once; ``exclude`` (a member or its listener) and the members it
+        shares with, or that share ``key``, are left out."""
         now = self.clock()
+        if key is None and exclude is not None:
+            key = next((_key_of(m) for m in self.members if exclude in (m, getattr(m, "listener", m))), None)
+        counted: list[ShareKey | None] = [key]
+        left_out: set[int] = set()  # listeners whose work is the one left out's own
+        members = []
+        for m in self.members:
+            listener, mine = getattr(m, "listener", m), _key_of(m)
+            if (exclude is not None and exclude in (m, listener)) or any(shares(mine, k) for k in counted):
+                left_out.add(id(listener))  # left out, or its work is a twin's
+                continue
+            counted.append(mine)
+            members.append((m, listener))
         running: dict[int, float] = {}
+        busy = []
         left_s = self.scheduler.remaining_s()  # once: the same instant for every part
         for call, left in zip(self.scheduler.running, left_s):
             if call.owner is not None:
                 running[id(call.owner)] = left
-        busy = sorted(left_s)  # each running call holds its slot that long
+            if call.owner is None or id(call.owner) not in left_out or key is None:
+                busy.append(left)  # (a twin's call is the segment the one left out will join)
+        busy.sort()  # each running call holds its slot that long
         free = busy + [0.0] * (self.slots() - len(busy))
-        streams, keys = [], set()
-        for m in self.members:
-            listener = getattr(m, "listener", m)
-            if exclude is not None and exclude in (m, listener):
-                continue
-            key = getattr(m, "work_key", None)
-            if key is not None and key in keys:
-                continue  # the same reply as an earlier member's: its synthesis is shared
-            keys.add(key)
-            streams.append(m.stream(now, running.get(id(listener))))
+        streams = [m.stream(now, running.get(id(listener))) for m, listener in members]
         return [s for s in streams if s.jobs], free
+
+    def twin_start(self, key: ShareKey | None) -> float | None:
+        """The forecast start (s from now) of an admitted reply that ``key``'s shares its
+        synthesis with, else None."""
+        for m in self.members:
+            if shares(key, _key_of(m)):
+                promised = getattr(getattr(m, "listener", None), "promised_start", None)
+                return max(0.0, promised - self.clock()) if promised is not None else 0.0
+        return None
 
     def safety(self) -> float:
         """The stretch of every forecast here: the learned margin, never below the floor (what
@@ -174,24 +220,27 @@ class Budget:
         k = self.safety()
         return [k * self.engine_rate.predict(mode, a) for a in audio], audio
 
-    def verdict(self, audio: Sequence[float], mode: str | None, exclude: object = None) -> Verdict:
+    def verdict(self, audio: Sequence[float], mode: str | None, exclude: object = None,
+                key: ShareKey | None = None) -> Verdict:
+        """Start forecast for a reply of ``audio`` segments; one that shares its synthesis with
+        an admitted reply (``key``) starts with it and adds no work."""
+        if (twin := self.twin_start(key)) is not None:
+            return Verdict(twin, twin, 0.0)
         work, seg_audio = self.plan(audio, mode)
         others, free = self.streams(exclude) if self.contended() else ([], [0.0])
         start, alone = forecast(others, work, seg_audio, free)
         limit = max(self.max_start_s, alone)
         return Verdict(start, alone, 0.0 if start <= limit + 1e-6 else start - limit)
 
-    def admit(self, audio: Sequence[float], mode: str | None, work_key: object = None) -> Verdict:
+    def admit(self, audio: Sequence[float], mode: str | None, key: ShareKey | None = None) -> Verdict:
         """The verdict for a new session (``audio``: its segments' forecast audio; empty: not
         known yet, a nominal reply), or ``Overloaded`` when it must be refused. A session whose
-        ``work_key`` an admitted member has (the same text, voice, speed and vocoder mode, the
+        ``key`` an admitted member shares (the same text, voice, speed and vocoder mode, the
         cache on: "Play both") adds no engine work: the hub synthesizes it once for both."""
         if not self.enabled:
             return ADMIT
-        if work_key is not None and any(getattr(m, "work_key", None) == work_key for m in self.members):
-            return ADMIT
-        v = self.verdict(audio, mode)
-        if v.wait_s == 0.0 and not self.queue:
+        v = self.verdict(audio, mode, key=key)
+        if v.wait_s == 0.0 and (not self.queue or self.twin_start(key) is not None):  # a twin adds no work
             return v
         wait = v.wait_s if v.wait_s > 0 else self.max_start_s  # behind the queue: at least one turn
         if wait > self.queue_timeout_s or len(self.queue) >= self.max_queued:
@@ -207,7 +256,7 @@ class Budget:
                     verdict: Verdict) -> None:
         """Join the admitted members: at once when ``verdict`` says so, else after waiting in
         the queue (first come first) until its forecast start is within the limit."""
-        if verdict.wait_s == 0.0 and not self.queue:
+        if verdict.wait_s == 0.0 and (not self.queue or self.twin_start(_key_of(member)) is not None):
             self.add(member)
             return
         ticket = object()
@@ -215,7 +264,8 @@ class Budget:
         loop = asyncio.get_running_loop()
         give_up = loop.time() + verdict.wait_s + self.queue_timeout_s
         try:
-            while not (self.queue[0] is ticket and self.verdict(audio(), mode).wait_s == 0.0):
+            while not ((self.queue[0] is ticket or self.twin_start(_key_of(member)) is not None)
+                       and self.verdict(audio(), mode, member, _key_of(member)).wait_s == 0.0):
                 if loop.time() >= give_up:
                     raise Overloaded("the engine stayed fully booked while this session waited; retry shortly",
                                      retry_after=max(1.0, self.max_start_s))

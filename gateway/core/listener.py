@@ -19,7 +19,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from .budget import Job, Stream, edf
+from .budget import Job, Stream, edf, share_key
 from ..config import Settings
 from .options import StreamOptions
 from .margins import needed_stretch, scaled
@@ -193,7 +193,9 @@ class Listener:
         them beside the others' work, forecast at the budget's stretch (returned with them)."""
         if self.budget is None or not self.live or not self.budget.contended():
             return None
-        others, free = self.budget.streams(exclude=self)
+        o = self.options  # replies sharing this one's synthesis ("Play both") are its own work
+        key = share_key(o.voice, o.speed, self.requested, texts, o.cache)
+        others, free = self.budget.streams(exclude=self, key=key)
         if not others and not any(free):
             return None
         mine = self.stream(self.audio_of(texts), self.clock(), None, current=False)

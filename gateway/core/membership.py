@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .budget import ADMIT, Stream, Verdict
+from .budget import ADMIT, ShareKey, Stream, Verdict, share_key
 
 if TYPE_CHECKING:
     from ..config import Settings
     from .listener import Listener
+    from .options import StreamOptions
     from .synthesis import SynthesisHub
 
 
@@ -24,10 +25,19 @@ class BudgetMember:
     current: str | None  # the segment being synthesized
     planned: list[float]  # audio (s) per segment the budget admitted it for
     verdict: Verdict | None  # the budget's, for a reply that opens a session
-    work_key: object = None  # replies with equal keys share their synthesis: booked once
+    planned_key: ShareKey | None  # the share key of the text it was admitted with
+    options: "StreamOptions"
 
     def _forecast_texts(self, current: str | None) -> list[str]:
         raise NotImplementedError
+
+    def share_key(self) -> ShareKey | None:
+        """What this reply's remaining work is shared on with identical replies (the hub's
+        flights), None before its text comes or with ``cache`` off."""
+        if self.t_input is None:  # admitted, its text not fed yet: the text it was admitted with
+            return getattr(self, "planned_key", None)
+        o = self.options
+        return share_key(o.voice, o.speed, self.listener.requested, self._forecast_texts(self.current), o.cache)
 
     def stream(self, now: float, running: float | None) -> Stream:
         """The engine work this reply still needs; before any input, the reply it was admitted for."""
@@ -36,10 +46,10 @@ class BudgetMember:
         audio = self.listener.audio_of(self._forecast_texts(self.current))
         return self.listener.stream(audio, now, running, current=self.current is not None)
 
-    def admitted(self, verdict: Verdict, planned: list[float], work_key: object = None) -> None:
+    def admitted(self, verdict: Verdict, planned: list[float], key: ShareKey | None = None) -> None:
         """The budget's verdict on the session this reply opens: admitted now (a member from
-        here on, its ``planned`` segments counted until its text comes) or queued."""
-        self.verdict, self.planned, self.work_key = verdict, planned, work_key
+        here on, its ``planned`` segments, shared on ``key``, counted until its text comes) or queued."""
+        self.verdict, self.planned, self.planned_key = verdict, planned, key
         if verdict.wait_s == 0.0 and self.listener.live:
             self.listener.promised_start = self.listener.clock() + min(verdict.start_s, self.settings.lookahead_s)
             self.hub.budget.add(self)

@@ -18,7 +18,7 @@ from typing import Any, AsyncIterator
 
 from ..agent import Agent, AgentError
 from .conversation import AGENT_CODES, Conversation, Turn
-from .budget import ADMIT, planned
+from .budget import ADMIT, planned, share_key
 from ..config import Settings
 from ..engines.base import Engine
 from ..errors import BadRequest
@@ -72,12 +72,10 @@ class StreamSession:
     def admit(self) -> None:
         """The engine's real-time budget on this session (``budget.py``): admitted now, queued
         (``ready.queued_ms``), or ``Overloaded`` with the forecast wait as its ``retry_after``."""
-        texts, o = self._texts(), self.options
+        o, texts, mode = self.options, self._texts(), self.requested_vocoder()
         audio = planned([self.hub.engine_rate.audio_s(t, o.speed) for t in texts])
-        # identical replies share their synthesis (the hub): the same work, booked once
-        work_key = (o.voice, o.speed, self.requested_vocoder(), tuple(texts)) if o.cache and texts else None
-        verdict = self.hub.budget.admit(audio, self.requested_vocoder(), work_key)
-        self.pipeline.admitted(verdict, audio, work_key)
+        key = share_key(o.voice, o.speed, mode, texts, o.cache)  # "Play both": one reply's work
+        self.pipeline.admitted(self.hub.budget.admit(audio, mode, key), audio, key)
 
     def ready_fields(self) -> dict[str, Any]:
         o, s = self.options, self.settings

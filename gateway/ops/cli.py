@@ -20,7 +20,7 @@ SUBCOMMANDS = ("serve", "container", "synth", "bench", "wyoming", "loadtest", "d
 # subcommands that are tools with options of their own
 TOOLS = {"loadtest": "bench.loadtest", "deploy": "gateway.ops.deploy", "convert-weights": "gateway.kokoro.convert_weights"}
 BENCHES = ("engine", "quality", "overhead", "transports", "ttfb", "agent", "soak", "playback", "timestamps",
-           "clients", "gpu", "listeners")
+           "clients", "gpu", "listeners", "firstreply")
 
 
 def _common(p: argparse.ArgumentParser) -> None:

@@ -1,0 +1,69 @@
+"""``bench firstreply --browser``: the same question in Chromium on the demo page.
+
+Per order, a fresh gateway; the moment it logs that it is ready, Chromium (Debian's, headless,
+launched beforehand) opens the demo page and presses "Play both" on the default text: that is
+the very first reply. Then "Play both" again (warm), then the batch baseline of the same text
+(MP3, ``cache: false``) in the same run, once after each press (their mean is the baseline). The figure is the page's own ``firstSoundMs`` (its level
+meter first hears the channel, from the press) and ``ttfbMs`` (first audio payload).
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+import aiohttp
+
+from .common import post_speech
+from .firstreply import ORDERS, Gateway
+from .transports import FINISHED_JS, launch_chromium, open_demo, stats
+
+
+async def _press(page: Any) -> dict[str, Any]:
+    await page.click("#play-both")
+    await page.wait_for_function(FINISHED_JS, arg=["sse", "ws"], timeout=180_000, polling=50)
+    runs = await stats(page)
+    return {n: {"first_audio_ms": runs[n]["ttfbMs"], "sound_ms": runs[n]["firstSoundMs"],
+                "start_preroll_ms": runs[n]["startPrerollMs"], "start_held_ms": runs[n]["startHeldMs"],
+                "gaps": len(runs[n]["gaps"]), "error": runs[n]["error"]} for n in ("sse", "ws")}
+
+
+async def _batch_ms(url: str, text: str) -> float:
+    async with aiohttp.ClientSession() as http:
+        return (await post_speech(http, url + "/v1/audio/speech", text, response_format="mp3")).total_ms
+
+
+async def one_order(order: str, args: argparse.Namespace, browser: Any) -> dict[str, Any]:
+    async with Gateway(args.engine, ORDERS[order] + args.set) as gw:
+        assert gw.ready_at is not None
+        page = await open_demo(browser, gw.url)
+        opened_ms = round((time.perf_counter() - gw.ready_at) * 1000)
+        try:  # the batch twice, between and after the presses: the machine's load drifts
+            cold = await _press(page)
+            batches = [await _batch_ms(gw.url, args.text)]
+            replies = {"first (cold)": cold, "second": await _press(page)}
+            batches.append(await _batch_ms(gw.url, args.text))
+        finally:
+            await page.close()
+        batch_ms = sum(batches) / len(batches)
+        rows = []
+        for label, channels in replies.items():
+            for name, r in channels.items():
+                sound = r["sound_ms"]
+                rows.append({"reply": f"{label}: {name}", **r,
+                             "start_vs_batch": round(sound / batch_ms, 3) if sound is not None else None})
+        return {"order": order, "ready_s": round(gw.ready_at - gw.spawned_at, 2), "page_open_ms": opened_ms,
+                "batch_ms": round(batch_ms, 1), "batches_ms": [round(b) for b in batches], "replies": rows, "log_after_ready": gw.after_ready()}
+
+
+async def bench(args: argparse.Namespace, out: dict[str, Any]) -> None:
+    from playwright.async_api import async_playwright
+
+    out["players"] = "Chromium (the demo page, MP3 over MSE)"
+    async with async_playwright() as pw:
+        browser = await launch_chromium(pw)
+        try:
+            for order in args.orders:
+                out["orders"].append(await one_order(order, args, browser))
+        finally:
+            await browser.close()
