@@ -110,10 +110,11 @@ def run_bench(args: argparse.Namespace, state: Path) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     modules = IMPORTS + (TORCH_IMPORTS if "kokoro:" in args.configs else ())
-    probe = ("import importlib, sys; [importlib.import_module(m) for m in %r]; t = sys.modules.get('torch'); "
-             "print('gpu_device: imports ok;', t and (t.__version__, t.cuda.is_available() and t.cuda.get_device_name()))"
-             % (modules,))
-    subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, check=True)
+    probe = (f"import importlib, sys; [importlib.import_module(m) for m in {modules!r}]; t = sys.modules.get('torch'); "
+             "print('gpu_device: imports ok;', t and (t.__version__, t.cuda.is_available() and t.cuda.get_device_name()))")
+    if subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, check=False).returncode:
+        print("gpu_device: an import failed (above): the pack or the machine lacks a package", flush=True)  # noqa: T201
+        return 3
     command = [sys.executable, "run_gateway.py", "bench", "gpu", "--configs", args.configs,
                "--reps", str(args.reps), "--out", str(out / "gpu.json")]
     with (out / "gpu-device.log").open("w") as log:

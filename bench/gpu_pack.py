@@ -111,7 +111,7 @@ def strip_debug(data: bytes) -> bytes:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "lib.so"
         path.write_bytes(data)
-        done = subprocess.run(["strip", "--strip-debug", str(path)], capture_output=True)
+        done = subprocess.run(["strip", "--strip-debug", str(path)], capture_output=True, check=False)
         return path.read_bytes() if done.returncode == 0 else data
 
 
@@ -150,18 +150,26 @@ def pack_voices(store: Path, target: Path) -> Path:
 
 
 def split(sizes: dict[str, int], budget: int) -> dict[str, str]:
-    """File name -> part (``a``, ``b``, ...): first fit, largest first, each part at most ``budget``."""
-    loads: list[int] = []
-    where: dict[str, str] = {}
-    for name, size in sorted(sizes.items(), key=lambda kv: (-kv[1], kv[0])):
-        if size > budget:
-            raise ValueError(f"{name} ({size} bytes) is larger than one call's budget ({budget} bytes)")
-        slot = next((i for i, load in enumerate(loads) if load + size <= budget), len(loads))
-        if slot == len(loads):
-            loads.append(0)
-        loads[slot] += size
-        where[name] = chr(ord("a") + slot)
-    return where
+    """File name -> part (``a``, ``b``, ...), each part at most ``budget``: as few parts as first fit
+    (largest first) needs, then balanced (each file, largest first, to the lightest part) when that
+    fits too, so that every call keeps room for the working tree to grow."""
+    order = sorted(sizes.items(), key=lambda kv: (-kv[1], kv[0]))
+    if order and order[0][1] > budget:
+        raise ValueError(f"{order[0][0]} ({order[0][1]} bytes) is larger than one call's budget ({budget} bytes)")
+    first_fit: list[int] = []
+    where: dict[str, int] = {}
+    for name, size in order:
+        slot = next((i for i, load in enumerate(first_fit) if load + size <= budget), len(first_fit))
+        first_fit += [0] if slot == len(first_fit) else []
+        first_fit[slot] += size
+        where[name] = slot
+    balanced = [0] * len(first_fit)
+    even: dict[str, int] = {}
+    for name, size in order:
+        even[name] = slot = balanced.index(min(balanced))
+        balanced[slot] += size
+    chosen = even if max(balanced, default=0) <= budget else where
+    return {name: chr(ord("a") + slot) for name, slot in chosen.items()}
 
 
 def tree_bytes(root: Path = ROOT) -> int:
@@ -200,7 +208,8 @@ def build(dest: Path, *, python_version: str = "3.12", store: Path | None = None
           budget: int | None = None, download_dir: Path | None = None) -> list[Entry]:
     from gateway.kokoro import voicestore
 
-    ignored = subprocess.run(["git", "check-ignore", "-q", str(dest.resolve() / "a")], cwd=ROOT).returncode == 0
+    check = ["git", "check-ignore", "-q", str(dest.resolve() / "a")]
+    ignored = subprocess.run(check, cwd=ROOT, check=False).returncode == 0
     if not ignored:
         raise SystemExit(f"{dest}: not a folder git ignores in {ROOT}; it would travel twice (use .gpupack)")
     store = store or voicestore.default_store_dir()
@@ -219,8 +228,9 @@ def build(dest: Path, *, python_version: str = "3.12", store: Path | None = None
 
 def report(entries: Sequence[Entry], dest: Path) -> str:
     parts = sorted({e.part for e in entries})
-    lines = [f"pack {dest}: {len(entries)} files, {sum(e.size for e in entries) / 2**20:.1f} MiB, "
-             f"working tree {tree_bytes() / 2**20:.1f} MiB, limit {CALL_LIMIT / 2**20:.0f} MiB a call"]
+    total, tree = sum(e.size for e in entries) / 2**20, tree_bytes() / 2**20
+    lines = [(f"pack {dest}: {len(entries)} files, {total:.1f} MiB, working tree {tree:.1f} MiB, "
+              f"limit {CALL_LIMIT / 2**20:.0f} MiB a call")]
     rel = dest.resolve().relative_to(ROOT) if dest.resolve().is_relative_to(ROOT) else dest
     for n, part in enumerate(parts, 1):
         size = sum(e.size for e in entries if e.part == part)
