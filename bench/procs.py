@@ -160,6 +160,9 @@ class GatewayProcess:
                     async with http.get(self.url + path) as resp:
                         if resp.status == 200:
                             return
+                        error = (await resp.json(content_type=None)).get("error") if path == "/readyz" else None
+                        if error:  # the engine failed to load: it never will (a GPU call must not wait it out)
+                            raise RuntimeError(f"{self.command}: the engine failed to load: {error}\n{self.log_tail()}")
                 except aiohttp.ClientConnectionError:
                     pass
                 await asyncio.sleep(0.1)

@@ -142,3 +142,18 @@ def test_the_real_pack_fits_two_calls(tmp_path: Path) -> None:
             assert len([n for n in t.getnames() if n.endswith(".bin")]) == 54
     finally:
         shutil.rmtree(dest, ignore_errors=True)
+
+
+def test_the_arena_shrinker_model_suits_the_gpu_machines_older_onnxruntime() -> None:
+    """Its onnx 1.23 stamps IR version 14 by default, which its onnxruntime 1.30 refused, so the
+    embedded engine failed to load there (seen in the Python 3.12 rehearsal of the pack)."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    from gateway.kokoro.onnx_sessions import shrink_model
+
+    data = shrink_model()
+    assert onnx.load_from_string(data).ir_version <= 13
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    assert session.run(None, {"x": np.array([2.5], np.float32)})[0].tolist() == [2.5]

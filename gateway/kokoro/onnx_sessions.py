@@ -130,21 +130,27 @@ def _libc() -> Any:
     return libc if libc is not None and hasattr(libc, "malloc_trim") else None
 
 
-@lru_cache(maxsize=1)
-def _shrinker() -> tuple[Any, Any, dict[str, np.ndarray]]:
-    """A one-node session on the shared arena, and run options that shrink the arena after a
-    run: running it hands the arena's unused regions back to the C allocator."""
-    import onnx
-    import onnxruntime as ort
+def shrink_model() -> bytes:
+    """A one-node Identity model at the lowest IR version its opset allows: ``make_model`` stamps
+    the onnx package's newest (14 with onnx 1.23), which an older onnxruntime refuses (1.30:
+    "Unsupported model IR version: 14, max supported IR version: 13")."""
     from onnx import TensorProto, helper
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
     graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "shrink", [x], [y])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = min(model.ir_version, onnx.IR_VERSION)
-    session = ort.InferenceSession(model.SerializeToString(), sess_options=_options(1),
-                                   providers=["CPUExecutionProvider"])
+    model.ir_version = helper.find_min_ir_version_for(list(model.opset_import))
+    return model.SerializeToString()
+
+
+@lru_cache(maxsize=1)
+def _shrinker() -> tuple[Any, Any, dict[str, np.ndarray]]:
+    """A one-node session on the shared arena, and run options that shrink the arena after a
+    run: running it hands the arena's unused regions back to the C allocator."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(shrink_model(), sess_options=_options(1), providers=["CPUExecutionProvider"])
     run_options = ort.RunOptions()
     run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
     return session, run_options, {"x": np.zeros(1, np.float32)}
