@@ -140,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     state.mkdir(parents=True, exist_ok=True)
     _, missing = stage(Path(args.pack), state)
     if missing:
-        print(f"gpu_device: NEXT carry {', '.join(f'.gpupack/{p}' for p in missing)} "  # noqa: T201
+        print(f"gpu_device: NEXT carry {', '.join(f'{Path(args.pack).name}/{p}' for p in missing)} "  # noqa: T201
               "(a part an earlier call brought is missing when the machine went cold: carry it again)")
         return 0
     if args.stage_only:

@@ -99,7 +99,7 @@ def test_the_device_script_stages_one_part_a_call_and_says_what_is_missing(tmp_p
     shutil.copytree(pack / "a", carry / "a")
     first = device(carry, tmp_path / "state")
     assert first.returncode == 0, first.stderr
-    assert "missing parts: ['b']" in first.stdout and "NEXT carry .gpupack/b" in first.stdout
+    assert "missing parts: ['b']" in first.stdout and "NEXT carry carry/b" in first.stdout
     shutil.rmtree(carry)
     shutil.copytree(pack / "b", carry / "b")
     second = device(carry, tmp_path / "state")
