@@ -9,8 +9,9 @@ parts of the pack (``.gpupack/a``, ``.gpupack/b``, ...; ``bench/gpu_pack.py`` ma
    (a mismatch stops the call with exit 2);
 2. its wheels are installed with ``pip --no-index --no-deps`` into ``STATE/site`` (``--target``:
    the machine's python3 is itself a venv, and a venv made from it would not see its torch),
-   the voice store is unpacked into ``STATE/cache``; what is done is recorded in ``STATE``,
-   which lives as long as the machine stays warm;
+   the voice store is unpacked into ``STATE/cache``; what is done is recorded in ``STATE``
+   (``.gpustate`` in the repository, ignored by git: a warm machine keeps such folders between
+   calls);
 3. once every file of the manifest is in, the gateway's dependencies are imported once (a
    missing one fails here, in seconds), then ``run_gateway.py bench gpu`` runs with
    ``PYTHONPATH=STATE/site`` and ``XDG_CACHE_HOME=STATE/cache``: the torch weights are converted
@@ -130,7 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 bench/gpu_device.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pack", default=str(ROOT / ".gpupack"))
-    parser.add_argument("--state", default="/tmp/kgw-gpu", help="what survives between calls on a warm machine")
+    parser.add_argument("--state", default=str(ROOT / ".gpustate"),
+                        help="installed wheels and caches; ignored by git, so a warm machine keeps it between calls")
     parser.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "bench-results" / "gpu-device"))
     parser.add_argument("--configs", default=DEVICE_CONFIGS)
     parser.add_argument("--reps", type=int, default=5)
