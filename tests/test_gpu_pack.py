@@ -157,3 +157,13 @@ def test_the_arena_shrinker_model_suits_the_gpu_machines_older_onnxruntime() -> 
     assert onnx.load_from_string(data).ir_version <= 13
     session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
     assert session.run(None, {"x": np.array([2.5], np.float32)})[0].tolist() == [2.5]
+
+
+async def test_a_bench_gateway_whose_engine_fails_to_load_stops_at_once(tmp_path: Path) -> None:
+    """A device call must not wait out the 600 s ready timeout for an engine that never loads."""
+    from bench.procs import GatewayProcess
+
+    settings = {"kokoro_dir": str(tmp_path / "missing"), "kokoro_device": "cpu"}
+    with pytest.raises(RuntimeError, match="the engine failed to load: EngineError: kokoro_dir"):
+        async with GatewayProcess("kokoro", settings, ready_timeout_s=600):
+            pass
