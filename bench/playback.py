@@ -38,7 +38,10 @@ import aiohttp
 import numpy as np
 
 from gateway.config import Settings
-from .common import RESULTS_DIR, Target, bench_settings, gateway, machine, post_speech, publish, quiet_logs, table
+from .common import (
+    Target, add_engine_args, engine_targets, gateway, machine, parse_engine_args, post_speech, publish, quiet_logs,
+    table,
+)
 from .plots import pyplot
 from .remote import RemoteClient
 from .player import SAMPLE_RATE, session_run
@@ -118,13 +121,7 @@ def targets(args: argparse.Namespace) -> list[tuple[str, Any]]:
     has one, so that a repetition of 'both channels' shares a live synthesis instead of
     replaying the last one; sessions that share still join each other's synthesis."""
     no_cache = {"cache_mb": 0.0} if "cache_mb" in {f.name for f in dataclasses.fields(Settings)} else {}
-    out: list[tuple[str, Any]] = []
-    for name in args.engines:
-        if name == "fake":
-            out += [(f"fake rtf {r:g}", bench_settings("fake", args.set, fake_rtf=r, **no_cache)) for r in args.rtfs]
-        else:
-            out.append((name, bench_settings(name, args.set, **no_cache)))
-    return out
+    return engine_targets(args, **no_cache)
 
 
 async def start_gateways(http: aiohttp.ClientSession, stack: contextlib.AsyncExitStack,
@@ -232,18 +229,13 @@ def plot(path: Path, out: dict[str, Any]) -> None:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="run_gateway.py bench playback", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--engines", default="embedded,fake", help="comma-separated: embedded, fake (default: %(default)s)")
-    p.add_argument("--rtfs", default="0.3,0.9,1.3", help="fake engine paces, compute s per audio s (default: %(default)s)")
+    add_engine_args(p, engines="embedded,fake", rtfs="0.3,0.9,1.3")
     p.add_argument("--reps", type=int, default=2, help="repetitions, interleaved (default: %(default)s)")
     p.add_argument("--text", default=TEXT, help="the reply to speak (default: a 5-sentence agent reply)")
-    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="gateway setting override")
-    p.add_argument("--out", type=Path, default=RESULTS_DIR, help="output folder (default: %(default)s)")
     p.add_argument("--no-plots", action="store_true")
-    args = p.parse_args(argv)
-    args.engines = [e.strip() for e in args.engines.split(",") if e.strip()]
-    args.rtfs = [float(r) for r in args.rtfs.split(",") if r.strip()]
-    if args.reps < 1 or not args.engines or ("fake" in args.engines and not args.rtfs) or not args.text.strip():
-        p.error("--reps must be >= 1, --engines non-empty, --rtfs non-empty with fake, --text non-empty")
+    args = parse_engine_args(p, argv)
+    if args.reps < 1 or not args.text.strip():
+        p.error("--reps must be >= 1, --text non-empty")
     return args
 
 

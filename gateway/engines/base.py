@@ -19,14 +19,17 @@ What an engine can do (voices, speeds, vocoder modes, ...) it declares once, in 
 """
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 from dataclasses import dataclass, fields
-from typing import Any, AsyncIterator, Protocol, TypeVar, runtime_checkable
+from typing import Any, AsyncIterator, Callable, Protocol, TypeVar, runtime_checkable
 
-from ..errors import NotReady
+from ..errors import BadRequest, EngineError, NotReady
 from ..kokoro.timestamps import WordTimes
 from ..kokoro.voicecatalog import Voice
 
 S = TypeVar("S")
+T = TypeVar("T")
 MIN_SPEED, MAX_SPEED = 0.5, 2.0  # Kokoro's speeds (the usual declaration)
 
 
@@ -142,3 +145,19 @@ class EngineBase:
             raise NotReady(f"the {self.name} engine is not started")
         return thing
 
+    def submit(self, executor: concurrent.futures.Executor, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
+        """``fn`` on the engine's ``executor``; ``NotReady`` if the pool was shut down under us."""
+        try:
+            return executor.submit(fn)
+        except RuntimeError as exc:
+            raise NotReady(f"the {self.name} engine is shutting down") from exc
+
+    async def outcome(self, future: concurrent.futures.Future[T], what: str) -> T:
+        """The result of a call ``submit`` started: the request's fault and the engine's own
+        errors as raised, any other failure as an ``EngineError`` naming ``what`` failed."""
+        try:
+            return await asyncio.wrap_future(future)
+        except (EngineError, BadRequest):
+            raise
+        except Exception as exc:
+            raise EngineError(f"{self.name} {what} failed: {exc}") from exc

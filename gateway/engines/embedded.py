@@ -229,10 +229,10 @@ class EmbeddedEngine(EngineBase):
         loop = asyncio.get_running_loop()
         await slots.acquire()
         try:
-            future = executor.submit(fn)
-        except RuntimeError as exc:  # the pool was shut down under us
+            future = self.submit(executor, fn)
+        except NotReady:
             slots.release()
-            raise NotReady("the embedded engine is shutting down") from exc
+            raise
         self._busy()
 
         def release(_: concurrent.futures.Future[Any]) -> None:
@@ -244,12 +244,7 @@ class EmbeddedEngine(EngineBase):
         # released when the thread is really done (or from here if it never starts), so a
         # cancelled caller cannot let more than ``embedded_workers`` calls overlap
         future.add_done_callback(release)
-        try:
-            return await asyncio.wrap_future(future)
-        except (EngineError, BadRequest):
-            raise
-        except Exception as exc:
-            raise EngineError(f"embedded {what} failed: {exc}") from exc
+        return await self.outcome(future, what)
 
     def _busy(self) -> None:
         self._in_flight += 1

@@ -31,7 +31,7 @@ from typing import Any, AsyncIterator
 import numpy as np
 
 from ..config import Settings, section
-from ..errors import BadRequest, EngineError, NotReady
+from ..errors import EngineError
 from ..kokoro.g2p import ROUTES
 from ..kokoro.parts import (
     MAX_TOKENS, SAMPLE_RATE, Blends, Rendered, Segment, choose_default, describe_voices, known_symbols, load_voice_packs,
@@ -287,14 +287,4 @@ class KokoroEngine(EngineBase):
         return render(*args)
 
     async def _run(self, fn: Any, what: str, executor: Any = None) -> Any:
-        executor = self.require(executor or self._executor)
-        try:
-            future = executor.submit(fn)
-        except RuntimeError as exc:  # the worker was shut down under us
-            raise NotReady("the kokoro engine is shutting down") from exc
-        try:
-            return await asyncio.wrap_future(future)
-        except (EngineError, BadRequest):
-            raise
-        except Exception as exc:
-            raise EngineError(f"kokoro {what} failed: {exc}") from exc
+        return await self.outcome(self.submit(self.require(executor or self._executor), fn), what)
