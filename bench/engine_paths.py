@@ -77,17 +77,17 @@ def bare(engine: EmbeddedEngine, sentences: list[str], voice: str) -> tuple[Path
 
 async def engine_path(engine: EmbeddedEngine, texts: list[str], voice: str, mode: str) -> Path:
     g2p = await _g2p_s(engine, texts, voice)
-    calls0, wall, samples = engine.calls, 0.0, 0
+    calls0, wall, samples = engine.work["calls"], 0.0, 0
     for text in texts:
         t0 = time.perf_counter()
         async for chunk in engine.synthesize(text, voice=voice, speed=1.0, vocoder=mode, buffered_s=0.0):
             samples += len(chunk) // 2
         wall += time.perf_counter() - t0
-    return Path(f"gateway {mode}, real segments", wall, samples / RATE, g2p, engine.calls - calls0)
+    return Path(f"gateway {mode}, real segments", wall, samples / RATE, g2p, engine.work["calls"] - calls0)
 
 
 async def in_service(text: str) -> dict[str, Any]:
-    """A real gateway streams ``text`` once over the WebSocket; its live speed per mode."""
+    """A real gateway streams ``text`` once over the WebSocket; its engine rate per mode."""
     from .client import ws_stream
 
     # a loaded machine can take more than the default 30 s for a segment

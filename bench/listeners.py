@@ -8,7 +8,7 @@ carried ``queued_ms`` > 0) or refused (``overloaded``); stalls and stall time of
 each one's playback start against its oracle start (the earliest start its arrivals allowed
 without a stall: ``gateway.core.schedule.oracle_start``), and the issue's bar, start <= 1.3 x
 oracle + 300 ms. Capacity: the largest N at which every admitted listener played gaplessly
-and none was refused. Beside it, 1 / RTF: the engine's live speed (``/readyz``) says how many
+and none was refused. Beside it, 1 / RTF: the engine rate (``/readyz``) says how many
 real-time listeners its compute could feed at most.
 
 Engines: the fake engine computing one call at a time (``fake_workers=1``) at each ``--rtfs``

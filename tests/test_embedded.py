@@ -204,9 +204,9 @@ async def test_over_510_tokens_is_split_not_failed(engine: EmbeddedEngine) -> No
     phonemes = await engine.phonemes(LONG)
     assert len(phonemes) > MAX_TOKENS
     pieces = split_phonemes(phonemes)
-    before = engine.calls
+    before = engine.work["calls"]
     pcm, chunks = await render(engine, LONG, speed=2.0)  # speed 2 halves the compute
-    assert engine.calls - before == len(pieces) == chunks >= 2
+    assert engine.work["calls"] - before == len(pieces) == chunks >= 2
     assert len(pcm) / RATE > 0.15 * len(LONG.split()) / 2
 
 
@@ -214,7 +214,7 @@ async def test_over_510_tokens_is_split_not_failed(engine: EmbeddedEngine) -> No
 @pytest.mark.asyncio(loop_scope="module")
 async def test_closing_early_starts_no_more_inference(engine: EmbeddedEngine) -> None:
     assert len(split_phonemes(await engine.phonemes(LONG))) >= 2
-    before = engine.calls
+    before = engine.work["calls"]
     agen = engine.synthesize(LONG, voice=engine.default_voice, speed=2.0)
     first = await anext(agen)
     assert len(first) > RATE  # half a second or more of audio
@@ -222,7 +222,7 @@ async def test_closing_early_starts_no_more_inference(engine: EmbeddedEngine) ->
     # one more reply through the same one-worker inference pool: whatever the closed one had
     # left queued would run before it
     await render(engine, "Hello.")
-    assert engine.calls - before == 2  # the first piece, then the one of "Hello."
+    assert engine.work["calls"] - before == 2  # the first piece, then the one of "Hello."
 
 
 @pytest.mark.slow

@@ -91,19 +91,19 @@ async def test_a_short_segment_goes_exact_in_one_call(engine: EmbeddedEngine) ->
 
 
 async def test_closing_mid_segment_starts_no_more_chunks(engine: EmbeddedEngine) -> None:
-    before = engine.calls
+    before = engine.work["calls"]
     agen = engine.synthesize(SENTENCE, voice=engine.default_voice, speed=1.0, vocoder="frozen")
     first = await anext(agen)
     assert 0 < len(first) / 2 / RATE <= 0.45
     await agen.aclose()
-    closed = engine.calls
+    closed = engine.work["calls"]
     # a short reply through the same one-worker inference pool: whatever the closed stream had
     # left queued runs before it; then the same reply again, alone, for its own count of calls
     await chunks_of(engine, "Sure!", vocoder="frozen")
-    drained = engine.calls
+    drained = engine.work["calls"]
     await chunks_of(engine, "Sure!", vocoder="frozen")
     assert closed - before == 1
-    assert drained - closed == engine.calls - drained  # nothing of the closed stream ran
+    assert drained - closed == engine.work["calls"] - drained  # nothing of the closed stream ran
 
 
 async def test_bad_mode_is_a_bad_request(engine: EmbeddedEngine) -> None:

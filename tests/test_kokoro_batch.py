@@ -95,9 +95,8 @@ async def test_a_batch_gives_each_session_what_it_gets_alone(model_dir: Path, st
         assert engine.max_concurrency == 3
         together = await asyncio.gather(*(speak(engine, *session) for session in SESSIONS))
         stats = engine.batching
-        # the warm-up alone, then the three sessions in one forward pass
+        # the warm-up alone, then the three sessions in one forward pass: two forward passes in all
         assert (stats["batches"], stats["segments"], stats["largest"], stats["dropped"]) == (2, 4, 3, 0)
-        assert engine.calls == 2
         for got, expected in zip(together, alone):
             assert_same(got, expected)
         server = await start_server(kokoro_settings(model_dir, 3), engine)

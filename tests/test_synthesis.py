@@ -44,6 +44,7 @@ async def test_two_sessions_share_one_synthesis(start_server, http) -> None:
     m = await metrics(http, server.url)
     assert metric(m, "tts_synthesis_cache_total", 'outcome="join"') == SEGMENTS
     assert metric(m, "tts_synthesis_cache_total", 'outcome="miss"') == SEGMENTS
+    assert metric(m, "tts_engine_work", 'kind="calls"') == SEGMENTS  # the engine's own count, published
 
 
 async def test_a_sharer_that_cancels_leaves_the_other_whole(start_server, http) -> None:

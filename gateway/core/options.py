@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..kokoro import voicecatalog
-from ..kokoro.vocoder.modes import VocoderMode
 from ..audio.encoders import OPUS_SAMPLE_RATES
 from ..audio.g711 import LAWS
 from ..audio.mp3 import mp3_bitrates
@@ -117,15 +116,6 @@ def check_speed(caps: Capabilities, speed: float) -> float:
         raise BadRequest(f"speed must be between {caps.min_speed} and {caps.max_speed}, got {speed}",
                          code="invalid_speed")
     return speed
-
-
-def vocoder_mode(asked: str, caps: Capabilities, *, live: bool = True) -> str | None:
-    """The one place a reply's vocoder mode is resolved: the mode asked for (``vocoder``); else,
-    for a live listener, the engine's declared default; else, for a whole file (nobody waits
-    on it), exact. None where the engine has no modes."""
-    if asked or not caps.vocoder_modes:
-        return asked or None
-    return caps.default_vocoder if live else VocoderMode.EXACT
 
 
 def check_vocoder(caps: Capabilities, engine_name: str, vocoder: str) -> str:

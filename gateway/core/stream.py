@@ -24,7 +24,7 @@ from ..engines.base import Engine
 from ..errors import BadRequest
 from .listener import preroll_ms
 from ..metrics import Metrics
-from .options import StreamOptions, vocoder_mode
+from .options import StreamOptions
 from .pipeline import OUT_EVENTS, Event, Pipeline
 from .segmenter import split_text
 from .synthesis import SynthesisHub
@@ -109,7 +109,7 @@ class StreamSession:
         return self.pipeline.busy or self.turn is not None or not self.out.empty()
 
     def requested_vocoder(self) -> str | None:
-        return vocoder_mode(self.options.vocoder, self.engine.capabilities)
+        return self.engine.capabilities.vocoder_for(self.options.vocoder)
 
     # -- input --------------------------------------------------------------------------
     def _open(self) -> Pipeline:

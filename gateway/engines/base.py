@@ -26,6 +26,7 @@ from typing import Any, AsyncIterator, Callable, Protocol, TypeVar, runtime_chec
 
 from ..errors import BadRequest, EngineError, NotReady
 from ..kokoro.timestamps import WordTimes
+from ..kokoro.vocoder.modes import VocoderMode
 from ..kokoro.voicecatalog import Voice
 
 S = TypeVar("S")
@@ -62,6 +63,14 @@ class Capabilities:
     def streams_in_segment(self) -> bool:
         return bool(self.vocoder_modes)
 
+    def vocoder_for(self, asked: str | None = None, *, live: bool = True) -> str | None:
+        """The one place a vocoder mode is resolved: the mode asked for; else, for a live
+        listener, the declared default; else, for a whole file (nobody waits on it), exact.
+        None where the engine has no modes."""
+        if asked or not self.vocoder_modes:
+            return asked or None
+        return self.default_vocoder if live else VocoderMode.EXACT
+
 
 @runtime_checkable
 class Engine(Protocol):
@@ -81,6 +90,27 @@ class Engine(Protocol):
 
     @property
     def vocoder_modes(self) -> tuple[str, ...]: ...
+
+    @property
+    def vocoder_status(self) -> dict[str, Any] | None:
+        """For ``/readyz``: the state of streaming inside a segment (None: no vocoder to build)."""
+        ...
+
+    @property
+    def batching(self) -> dict[str, Any] | None:
+        """For ``/readyz``: how sessions' pieces share forward passes (None: no batching)."""
+        ...
+
+    @property
+    def voice_store(self) -> dict[str, Any] | None:
+        """For ``/v1/voices``: which voice packs are in use (None: the engine has no packs)."""
+        ...
+
+    @property
+    def work(self) -> dict[str, int]:
+        """For ``/metrics`` (``tts_engine_work{kind}``): counts of the engine's own work since it
+        started, such as ``calls`` (model calls); empty where it counts none."""
+        ...
 
     async def start(self) -> None: ...
 
@@ -135,6 +165,22 @@ class EngineBase:
     @property
     def vocoder_modes(self) -> tuple[str, ...]:
         return self._capabilities.vocoder_modes
+
+    @property
+    def vocoder_status(self) -> dict[str, Any] | None:
+        return None
+
+    @property
+    def batching(self) -> dict[str, Any] | None:
+        return None
+
+    @property
+    def voice_store(self) -> dict[str, Any] | None:
+        return None
+
+    @property
+    def work(self) -> dict[str, int]:
+        return {}
 
     async def wait_vocoder(self, voice: str = "") -> bool:
         return True  # nothing built in the background: the declared modes are ready

@@ -35,7 +35,7 @@ from ..config import Settings, section
 from ..errors import CLIENT_CODES, BadRequest, EngineError, EngineTimeout, GatewayError, NotReady
 from ..kokoro.timestamps import WordTimes, words_event
 from .base import EngineBase, Voice
-from ..kokoro.vocoder.modes import VocoderMode
+from ..kokoro.vocoder.modes import DEFAULT as DEFAULT_MODE
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +181,7 @@ class ContainerEngine(EngineBase):
                        for v in body["voices"])
         modes = tuple(str(m) for m in body.get("vocoder_modes") or ())
         # the container's default mode where it names one, else its streaming default
-        default_mode = body.get("default_vocoder") or (VocoderMode.FROZEN_FIRST if VocoderMode.FROZEN_FIRST in modes
+        default_mode = body.get("default_vocoder") or (DEFAULT_MODE if DEFAULT_MODE in modes
                                                        else (modes[0] if modes else None))
         self.declare(voices=voices, default_voice=str(body.get("default") or (voices[0].id if voices else "")),
                      vocoder_modes=modes, default_vocoder=default_mode, timestamps=bool(body.get("timestamps")))

@@ -35,7 +35,7 @@ from ..kokoro.parts import (
 from ..kokoro.onnx_sessions import release_freed_memory
 from ..kokoro.timestamps import SegmentWords, WordTimes
 from ..kokoro.vocoder.chunked import FRAME
-from ..kokoro.vocoder.chunked import MODES as VOCODER_MODES
+from ..kokoro.vocoder.modes import MODES as VOCODER_MODES, VocoderMode
 from .base import EngineBase
 from .embedded_vocoder import VocoderHost
 from ..kokoro.onnx_model import MODEL_PARTS, KokoroModel, LoadReport, load_model_bytes
@@ -99,17 +99,17 @@ class EmbeddedEngine(EngineBase):
                      default_vocoder=o.vocoder if streams else None,
                      exact_below_s=o.vocoder_exact_below_s, timestamps=True)
         self.max_concurrency = o.workers
-        self.calls = 0  # inference calls started: lets tests see cancelled work stop
         self.load_report: LoadReport | None = None
         self.host = VocoderHost(o.vocoder, o.vocoder_exact_below_s, o.threads, o.vocoder_cache)
         self._model: KokoroModel | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._slots: asyncio.Semaphore | None = None
         self._calls_lock = threading.Lock()
+        self._calls = 0  # model calls started (``work``): cancelled work shows as calls not made
         self._in_flight = 0  # calls submitted and not yet done
         self._idle_timer: asyncio.TimerHandle | None = None
         self.idle_release_s = IDLE_RELEASE_S
-        self.memory_releases = 0  # idle releases done (``_release_idle``)
+        self._memory_releases = 0  # idle hand-backs done (``_release_idle``)
 
     @property
     def voice_store(self) -> dict[str, Any]:
@@ -133,6 +133,12 @@ class EmbeddedEngine(EngineBase):
     @property
     def vocoder_status(self) -> dict[str, Any]:
         return self.host.status
+
+    @property
+    def work(self) -> dict[str, int]:
+        """Model calls started (one per piece, or per chunk when streaming inside a segment) and
+        the times idle memory was handed back."""
+        return {"calls": self._calls, "memory_releases": self._memory_releases}
 
     async def wait_vocoder(self, voice: str = "") -> bool:
         """Wait until the vocoder (and ``voice``, if given) can stream; False if it cannot."""
@@ -187,11 +193,11 @@ class EmbeddedEngine(EngineBase):
         this text; a call already running finishes in its thread and its audio is dropped.
         """
         model = self.require(self._model)
-        mode = vocoder or self.capabilities.default_vocoder
+        mode = self.capabilities.vocoder_for(vocoder)
         phonemes, tokens, exact = await self._run(lambda: model.phonemes_words(text, voice), "G2P")
         pieces = split_phonemes(phonemes)
         words = SegmentWords(tokens, phonemes, pieces, exact) if timestamps else None
-        streamer = self.host.streamer(voice) if mode in ("frozen", "frozen-first") else None
+        streamer = self.host.streamer(voice) if mode in (VocoderMode.FROZEN, VocoderMode.FROZEN_FIRST) else None
         for index, piece in enumerate(pieces):
             if streamer is None:
                 out: Rendered = await self._run(lambda p=piece: self._infer(model, p, voice, speed), "inference")
@@ -213,12 +219,12 @@ class EmbeddedEngine(EngineBase):
 
     def _next_chunk(self, chunks: Iterator[np.ndarray]) -> np.ndarray | None:
         with self._calls_lock:
-            self.calls += 1
+            self._calls += 1
         return next(chunks, None)
 
     def _infer(self, model: KokoroModel, piece: str, voice: str, speed: float) -> Rendered:
         with self._calls_lock:
-            self.calls += 1
+            self._calls += 1
         return model.infer(piece, voice, speed)
 
     async def _run(self, fn: Callable[[], T], what: str) -> T:
@@ -272,4 +278,4 @@ class EmbeddedEngine(EngineBase):
 
     def _release_memory(self) -> None:
         release_freed_memory()
-        self.memory_releases += 1
+        self._memory_releases += 1

@@ -61,7 +61,7 @@ class FakeEngine(EngineBase):
         super().__init__()
         self.settings = settings
         self.options = section(settings, "fake", FakeSettings)
-        self.calls = 0  # segments started: lets capacity tests see work being cancelled
+        self.calls = 0  # segments started (``work``): cancelled work shows as calls not made
         self.active = 0  # segments in progress right now
         if self.options.workers > 0:  # one engine shared by every call, like a real model
             self.max_concurrency = self.options.workers
@@ -100,6 +100,10 @@ class FakeEngine(EngineBase):
             at += word_n + gap.size + (pause.size if k == 0 else 0)
         pcm = np.concatenate(parts) if parts else np.zeros(0, np.int16)
         return pcm, WordTimes(tuple(words))
+
+    @property
+    def work(self) -> dict[str, int]:
+        return {"calls": self.calls}
 
     async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
                          buffered_s: float = 0.0, timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:

@@ -190,7 +190,6 @@ class KokoroEngine(EngineBase):
         if self.options.g2p not in ROUTES:
             raise ValueError(f"kokoro_g2p must be one of {', '.join(ROUTES)}")
         self.configured_default = settings.default_voice
-        self.calls = 0
         self._model: TorchKokoro | None = None
         self.packs = load_voice_packs(settings.voice_store)
         self._folder_voices: list[str] = []  # packs in kokoro_dir, added to (or replacing) the store's
@@ -229,7 +228,7 @@ class KokoroEngine(EngineBase):
         if self.max_batch > 1:
             from .kokoro_batch import render_batch
 
-            self._batcher = MicroBatcher(lambda segments: self._infer(render_batch, model, segments), executor,
+            self._batcher = MicroBatcher(lambda segments: render_batch(model, segments), executor,
                                          max_batch=self.max_batch, window_s=self.options.batch_window_ms / 1000,
                                          name=self.name)
             self._g2p = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kokoro-g2p")
@@ -280,11 +279,7 @@ class KokoroEngine(EngineBase):
         """One piece alone, or in the next batch with other sessions' pieces."""
         if self._batcher is not None:
             return await self._batcher.submit(Segment(piece, voice, speed))
-        return await self._run(lambda: self._infer(TorchKokoro.render, model, piece, voice, speed), "inference")
-
-    def _infer(self, render: Any, *args: Any) -> Any:
-        self.calls += 1  # forward passes (a batch is one); only ever touched by the worker thread
-        return render(*args)
+        return await self._run(lambda: model.render(piece, voice, speed), "inference")
 
     async def _run(self, fn: Any, what: str, executor: Any = None) -> Any:
         return await self.outcome(self.submit(self.require(executor or self._executor), fn), what)

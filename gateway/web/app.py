@@ -52,7 +52,9 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         return error_response(500, "internal_error", "internal server error")
 
 
-async def _engine_lifecycle(app: web.Application) -> AsyncIterator[None]:
+async def engine_lifecycle(app: web.Application) -> AsyncIterator[None]:
+    """A ``cleanup_ctx`` for an app holding a gateway: its engine loads in the background
+    (``/readyz`` says when), and the engine and the agent close with the app."""
     gw = app[GATEWAY]
     loader = asyncio.create_task(_load_engine(gw))
     yield
@@ -90,8 +92,8 @@ async def _prepare(gw: Gateway) -> None:
     voice = gw.settings.default_voice or gw.engine.default_voice
     if gw.settings.speed_warmup_text:
         await gw.hub.warm_up(gw.settings.speed_warmup_text, voice)  # waits for the vocoder's build
-    elif (wait := getattr(gw.engine, "wait_vocoder", None)) is not None:
-        await wait(voice)
+    else:
+        await gw.engine.wait_vocoder(voice)
 
 
 def build_gateway(settings: Settings, engine: Engine, *, admit: bool = True) -> Gateway:
@@ -126,7 +128,7 @@ def make_app(settings: Settings, engine: Engine | None = None) -> web.Applicatio
         middlewares.append(client_middleware(trusted, header))
     app = web.Application(middlewares=middlewares, client_max_size=1024 * 1024)
     app[GATEWAY] = build_gateway(settings, engine or create_engine(settings))
-    app.cleanup_ctx.append(_engine_lifecycle)
+    app.cleanup_ctx.append(engine_lifecycle)
     app.router.add_get("/", http.index)
     app.router.add_get("/healthz", http.healthz)
     app.router.add_get("/readyz", http.readyz)

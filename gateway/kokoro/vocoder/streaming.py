@@ -21,7 +21,7 @@ from ..floatgraph.runtime import make_session
 from ..onnx_sessions import SharedWeights
 from . import calibrate
 from .chunked import FRAME, FRAME_S, MODES, ChunkRunner, Encoded, Policy, fade, voiced_span
-from .modes import VocoderMode
+from .modes import DEFAULT, VocoderMode
 from .pacing import CostModel, Pacer, first_size, next_size
 from .names import DURATIONS, ENERGY, F0, FEATURES, Statistic
 
@@ -187,7 +187,7 @@ class StreamingVocoder:
                            self._stats[voice], self.policy)
 
     def synthesize_chunks(self, tokens: list[int], style: np.ndarray, speed: float, voice: str, *,
-                          mode: str = VocoderMode.FROZEN_FIRST, frozen_frames: int | None = None,
+                          mode: str = DEFAULT, frozen_frames: int | None = None,
                           buffered_s: float = 0.0) -> Iterator[np.ndarray]:
         """Float32 audio chunks for one segment (``tokens`` without the pad ids).
 
@@ -207,7 +207,7 @@ class StreamingVocoder:
                                        buffered_s=buffered_s)
 
     def stream_encoded(self, enc: Encoded, style: np.ndarray, voice: str, *,
-                       mode: str = VocoderMode.FROZEN_FIRST, frozen_frames: int | None = None,
+                       mode: str = DEFAULT, frozen_frames: int | None = None,
                        buffered_s: float = 0.0) -> Iterator[np.ndarray]:
         """``synthesize_chunks`` from the encoder's output (for tools that alter it)."""
         _check_mode(mode)
