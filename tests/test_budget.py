@@ -258,8 +258,8 @@ async def test_a_fourth_listener_on_an_engine_for_three_is_queued_while_the_thre
     from bench.player import session_run
 
     # one engine computing one segment at a time at RTF 0.25: three listeners take 0.75 of it
-    server, url = await paced_gateway(start_server, http, reply(9, sentences=8), fake_rtf=0.25, max_start_s=3.0,
-                                      queue_timeout_s=30.0, cache_mb=0)
+    server, url = await paced_gateway(start_server, http, reply(9, sentences=8, words=3), fake_rtf=0.25,
+                                      max_start_s=3.0, queue_timeout_s=30.0, cache_mb=0)
     first = [asyncio.create_task(sse_stream(http, url, text=reply(k), format="pcm")) for k in range(3)]
     await until_members(server, 3)
     fourth = await sse_stream(http, url, text=reply(3), format="pcm")
@@ -276,19 +276,19 @@ async def test_a_listener_the_engine_cannot_fit_is_refused_with_retry_after_and_
         start_server, http) -> None:
     from bench.client import sse_stream, ws_stream
 
-    server, url = await paced_gateway(start_server, http, reply(8, sentences=6), fake_rtf=0.6, max_start_s=1.0,
+    server, url = await paced_gateway(start_server, http, reply(8, sentences=6, words=3), fake_rtf=0.6, max_start_s=1.0,
                                       queue_timeout_s=1.0, cache_mb=0)
-    playing = asyncio.create_task(sse_stream(http, url, text=reply(0, sentences=8), format="pcm"))
+    playing = asyncio.create_task(sse_stream(http, url, text=reply(0, sentences=8, words=3), format="pcm"))
     await until_members(server, 1)
     async with http.get(server.url + "/readyz") as r:
         budget = (await r.json())["budget"]
     assert budget["listeners"] == 1 and 0.5 < budget["load"] < 1.0 and budget["backlog_s"] > 0
     async with http.get(server.url + "/metrics") as r:
         assert "tts_engine_load " in await r.text()
-    async with http.post(url, json={"text": reply(1, sentences=8), "format": "pcm"}) as r:
+    async with http.post(url, json={"text": reply(1, sentences=8, words=3), "format": "pcm"}) as r:
         assert r.status == 503 and int(r.headers["Retry-After"]) >= 1
         assert (await r.json())["error"]["code"] == "overloaded"
-    refused = await ws_stream(http, server.ws_url, text=reply(2, sentences=8), options={"format": "pcm"})
+    refused = await ws_stream(http, server.ws_url, text=reply(2, sentences=8, words=3), options={"format": "pcm"})
     assert refused.error["code"] == "overloaded" and refused.error["retry_after"] >= 1
     assert refused.close_code == 1013 and not refused.payloads
     assert (await playing).done is not None
@@ -300,12 +300,12 @@ async def test_play_both_is_one_reply_of_work_not_two(start_server, http) -> Non
     an engine too busy for a second reply of its own (which is refused, as control)."""
     from bench.client import sse_stream, ws_stream
 
-    server, url = await paced_gateway(start_server, http, reply(8, sentences=6), fake_rtf=0.6, max_start_s=1.0,
+    server, url = await paced_gateway(start_server, http, reply(8, sentences=6, words=3), fake_rtf=0.6, max_start_s=1.0,
                                       queue_timeout_s=1.0)
-    text = reply(0, sentences=8)
+    text = reply(0, sentences=8, words=3)
     playing = asyncio.create_task(sse_stream(http, url, text=text, format="pcm"))
     await until_members(server, 1)
-    other = await ws_stream(http, server.ws_url, text=reply(2, sentences=8), options={"format": "pcm"})
+    other = await ws_stream(http, server.ws_url, text=reply(2, sentences=8, words=3), options={"format": "pcm"})
     assert other.error["code"] == "overloaded"  # a reply of its own does not fit
     # the demo page's WebSocket sends its text in ``start``: known when the session is admitted
     both = await ws_stream(http, server.ws_url, text="", options={"format": "mp3", "text": text})

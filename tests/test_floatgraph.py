@@ -103,6 +103,7 @@ def test_float_graph_is_cached_by_hash_and_rebuilt_when_damaged(tmp_path: Path) 
         floatgraph.graph_bytes("fp8", lambda: int8, sha)
 
 
+@pytest.mark.slow  # builds float graphs of the real model and runs them beside the int8 one
 def test_fp16_graph_keeps_float32_inputs_outputs_and_the_source_path() -> None:
     from gateway.kokoro.onnx_model import load_model_bytes, shipped_sha256
 
@@ -128,6 +129,7 @@ def test_fp16_graph_keeps_float32_inputs_outputs_and_the_source_path() -> None:
     assert d.lsd_db < 2.0 and d.timbre_db < 0.5, d
 
 
+@pytest.mark.slow  # builds float graphs of the real model and runs them beside the int8 one
 def test_fp32_graph_speaks_like_int8_on_the_same_phonemes() -> None:
     """Same voice (average spectra well under the 2.7 dB between two voices), the duration
     predictor's frames within a few of the int8 graph's (its activations are no longer

@@ -29,6 +29,10 @@ pytest.importorskip("kokoro", reason="the kokoro engine needs the torch extra: p
 
 from gateway.engines.kokoro import KokoroEngine  # noqa: E402
 
+# the full-size Kokoro-82M (random weights) on torch, as in test_kokoro_engine: batching must
+# give each session its own audio on the real architecture, so the model is not shrunk
+pytestmark = pytest.mark.slow
+
 # (text, voice, speed): lengths, voices (the folder's pack, two of the store's) and speeds differ
 SESSIONS = [
     ("Hello.", "af_test", 0.5),
