@@ -61,8 +61,11 @@ test: install-test voices-required
 
 # Everything that needs neither the real model nor a browser (tests marked `slow` or `browser`
 # are left out): the loop to run while changing a module. `make test` stays the full suite.
+# FAST_WORKERS test processes (pytest-xdist): most of these tests wait on a paced fake engine or
+# a child process, so two at once overlap their waits (docs/TESTING.md).
+FAST_WORKERS ?= 2
 test-fast: $(STAMP_TEST) voices-required
-	$(PY) -m pytest -q -p no:cacheprovider -m "not slow and not browser" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider -n $(FAST_WORKERS) -m "not slow and not browser" $(PYTEST_ARGS)
 
 # The SageMaker bidirectional-stream SDK needs Python 3.12: its tests run in their own venv,
 # made from pyenv's 3.12 (installed on these machines), against a local HTTP/2 + TLS stand-in.
