@@ -120,7 +120,8 @@ def targets(args: argparse.Namespace) -> list[tuple[str, Any]]:
     """(name, settings) per gateway. The segment cache is off (``cache_mb=0``) where the server
     has one, so that a repetition of 'both channels' shares a live synthesis instead of
     replaying the last one; sessions that share still join each other's synthesis."""
-    no_cache = {"cache_mb": 0.0} if "cache_mb" in {f.name for f in dataclasses.fields(Settings)} else {}
+    has_cache = "cache_mb" in {f.name for f in dataclasses.fields(Settings)}
+    no_cache: dict[str, Any] = {"cache_mb": 0.0} if has_cache else {}
     return engine_targets(args, **no_cache)
 
 
