@@ -193,7 +193,7 @@ class EmbeddedEngine(EngineBase):
         this text; a call already running finishes in its thread and its audio is dropped.
         """
         model = self.require(self._model)
-        mode = self.capabilities.vocoder_for(vocoder)
+        mode = self.capabilities.vocoder_for(vocoder) or VocoderMode.EXACT  # no modes: the whole model
         phonemes, tokens, exact = await self._run(lambda: model.phonemes_words(text, voice), "G2P")
         pieces = split_phonemes(phonemes)
         words = SegmentWords(tokens, phonemes, pieces, exact) if timestamps else None
