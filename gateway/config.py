@@ -150,6 +150,9 @@ class Settings:
     # container / sagemaker engines
     container_url: str = "ws://127.0.0.1:8080/invocations-bidirectional-stream"
     container_pool_size: int = 4  # idle sockets kept open to the container
+    # let the container share identical segments and serve repeats from its own cache (the
+    # gateway's hub already does per process); false: it synthesizes every segment it is sent
+    container_cache: bool = True
     sagemaker_endpoint: str = ""
     sagemaker_region: str = ""  # "": the standard AWS chain (AWS_REGION, profile)
     sagemaker_mode: str = "stream"  # stream (bidirectional, Python 3.12+) or batch (InvokeEndpoint)
