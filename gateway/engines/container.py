@@ -220,6 +220,9 @@ class ContainerEngine(EngineBase):
             raise ValueError(f"GET {url} answered {resp.status} with {body!r}")
         return body
 
+    async def close_idle(self) -> None:
+        await self.pool.clear()
+
     async def aclose(self) -> None:
         http, self._http = self._http, None
         self.pool.bind(None)

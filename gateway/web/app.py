@@ -62,6 +62,13 @@ async def _engine_lifecycle(app: web.Application) -> AsyncIterator[None]:
     await gw.agent.aclose()
 
 
+async def close_idle_upstream(app: web.Application) -> None:
+    """``on_shutdown``: close the engine's pooled idle sockets (the container engine's) before
+    the handlers are waited for, so that a model container shutting down too is not kept
+    waiting for them; a segment in flight keeps its own."""
+    await app[GATEWAY].engine.close_idle()
+
+
 async def _load_engine(gw: Gateway) -> None:
     loop = asyncio.get_running_loop()
     started = loop.time()
@@ -127,6 +134,7 @@ def make_app(settings: Settings, engine: Engine | None = None) -> web.Applicatio
     app = web.Application(middlewares=middlewares, client_max_size=1024 * 1024)
     app[GATEWAY] = build_gateway(settings, engine or create_engine(settings))
     app.cleanup_ctx.append(_engine_lifecycle)
+    app.on_shutdown.append(close_idle_upstream)
     app.router.add_get("/", http.index)
     app.router.add_get("/healthz", http.healthz)
     app.router.add_get("/readyz", http.readyz)
@@ -143,13 +151,19 @@ def make_app(settings: Settings, engine: Engine | None = None) -> web.Applicatio
 
 async def drain(gw: Gateway, grace_s: float) -> None:
     """Graceful stop: refuse new sessions, let those in flight finish up to ``grace_s``, then
-    close the WebSockets still open with 1001 (going away)."""
+    close the WebSockets still open with 1001 (going away). A socket kept open between
+    replies (the model container's pooled ones) has nothing in flight: it is closed at once,
+    or as soon as its reply is done, rather than waited for."""
     from aiohttp import WSCloseCode
 
     gw.admission.draining = True
     loop = asyncio.get_running_loop()
     deadline = loop.time() + grace_s
-    while gw.admission.active and loop.time() < deadline:
+    while loop.time() < deadline:
+        idle = [ch for ch in gw.channels if ch.between_replies()]
+        await asyncio.gather(*(ch.close(WSCloseCode.GOING_AWAY, "going_away") for ch in idle), return_exceptions=True)
+        if not gw.admission.active and not idle:
+            break
         await asyncio.sleep(0.05)
     left = list(gw.channels)
     if left:
