@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..errors import BadRequest
+from ..errors import BadRequest, quoted
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,15 +163,15 @@ def parse_blend(spec: str, known: frozenset[str] | set[str]) -> Blend | None:
     for part in raw:
         match = _PART.fullmatch(part.strip())
         if match is None:
-            raise BadRequest(f"blend part {part.strip()!r} is not `voice` or `voice(weight)`, as "
+            raise BadRequest(f"blend part {quoted(part.strip())} is not `voice` or `voice(weight)`, as "
                              "in af_bella(2)+af_sky(1)", code="invalid_option")
         voice, weight = match[1], float(match[2] or 1)
         if voice not in known:
-            raise BadRequest(f"unknown voice {voice!r} in blend {spec!r}; choose from "
+            raise BadRequest(f"unknown voice {quoted(voice)} in blend {quoted(spec)}; choose from "
                              f"{', '.join(sorted(known))}", code="unknown_voice")
         weights[voice] = weights.get(voice, 0.0) + weight
         if not 0 < weight <= weights[voice] <= 1000:  # the sum is what the id holds
-            raise BadRequest(f"blend weight of {voice} must be above 0 and at most 1000 (parts of "
+            raise BadRequest(f"blend weight of {quoted(voice)} must be above 0 and at most 1000 (parts of "
                              "one voice add up)", code="invalid_option")
     return Blend(tuple(weights.items()))
 
@@ -183,6 +183,6 @@ def resolve(spec: str, known: frozenset[str] | set[str]) -> str:
     if blend is not None:
         return blend.id
     if spec not in known:
-        raise BadRequest(f"unknown voice {spec!r}; choose one of {', '.join(sorted(known))}, "
+        raise BadRequest(f"unknown voice {quoted(spec)}; choose one of {', '.join(sorted(known))}, "
                          "or a blend such as af_bella(2)+af_sky(1)", code="unknown_voice")
     return spec
