@@ -25,7 +25,6 @@ class Voice:
     default: bool = False
     name: str = ""  # "Heart" for af_heart
     grade: str = ""  # hexgrad's overall grade, where graded
-    wer: float | None = None  # measured English word error rate (bench quality), where measured
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -34,7 +33,6 @@ class Voice:
             "language": self.language,
             "gender": self.gender,
             "grade": self.grade or None,
-            "wer": self.wer,
             "description": self.description,
             "default": self.default,
         }
@@ -63,14 +61,6 @@ GRADES = {
     "am_liam": "D", "am_michael": "C+", "am_onyx": "D", "am_puck": "C+", "am_santa": "D-",
     "bf_emma": "B-", "bf_isabella": "C", "bm_george": "C", "bm_lewis": "D+", "bf_alice": "D",
     "bf_lily": "D", "bm_daniel": "D", "bm_fable": "C",
-}
-
-# Word error rate of Whisper tiny.en on `bench quality`'s 10 English sentences (146 words),
-# misaki G2P, whole-sentence synthesis; see README "Voices" for the runs (2026-11-29, -30).
-MEASURED_WER = {
-    "af_heart": 0.0, "af_bella": 0.0, "am_michael": 0.0, "bf_emma": 0.0,
-    "jm_kumo": 0.0, "jf_gongitsune": 0.007, "jf_nezumi": 0.007, "jf_tebukuro": 0.014,
-    "jf_alpha": 0.021,
 }
 
 # The Japanese packs' own notes (they speak English from English phonemes, with an accent)
@@ -121,8 +111,7 @@ def describe(voice_id: str, *, default: bool = False) -> Voice:
         text = f"Japanese {gender} voice, {note}; speaks English with a Japanese accent"
     else:
         text = f"{language} {gender} voice" + (f", grade {grade}" if grade else "")
-    return Voice(voice_id, tag, gender, text, default=default, name=name, grade=grade,
-                 wer=MEASURED_WER.get(voice_id))
+    return Voice(voice_id, tag, gender, text, default=default, name=name, grade=grade)
 
 
 @dataclass(frozen=True, slots=True)
