@@ -118,6 +118,7 @@ class Settings:
     agent_tokens_per_s: float = 60.0  # simulated: token rate
 
     # admission control: sessions synthesizing at once, and how many may wait beyond that
+    # both limits hold for the port: with workers > 1, over all of them (gateway/web/limits.py)
     max_active_sessions: int = 0  # 0: the engine's own max_concurrency x 4
     max_queued_sessions: int = 16  # beyond active + queued: 503 + Retry-After / error + close 1013
     queue_timeout_s: float = 10.0  # a queued session that waits longer is refused the same way

@@ -10,6 +10,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from . import http
 from .admission import Admission
+from .limits import Slots
 from ..agent import create_agent
 from ..config import Settings
 from ..engines import create_engine
@@ -101,9 +102,11 @@ async def _prepare(gw: Gateway) -> None:
         await wait(voice)
 
 
-def build_gateway(settings: Settings, engine: Engine, *, admit: bool = True) -> Gateway:
+def build_gateway(settings: Settings, engine: Engine, *, admit: bool = True, slots: Slots | None = None) -> Gateway:
     """The state one app holds. ``admit=False`` turns admission control off (the model
-    container: its pooled sockets live across replies, and SageMaker routes the load)."""
+    container: its pooled sockets live across replies, and SageMaker routes the load).
+    ``slots``: the counts its limits hold over (default: this process's; a worker's share of
+    its port's, ``limits.SharedLimits``)."""
     metrics = Metrics()
     max_active = settings.max_active_sessions or engine.max_concurrency * 4
     hub = SynthesisHub(engine, cache_mb=settings.cache_mb, timeout_s=settings.synth_timeout_s, metrics=metrics,
@@ -121,18 +124,20 @@ def build_gateway(settings: Settings, engine: Engine, *, admit: bool = True) -> 
             queue_timeout_s=settings.queue_timeout_s,
             per_client=settings.max_sessions_per_client if admit else 0,
             metrics=metrics,
+            slots=slots,
         ),
     )
 
 
-def make_app(settings: Settings, engine: Engine | None = None) -> web.Application:
-    """Build the gateway. The engine loads in the background; ``/readyz`` says when it is done."""
+def make_app(settings: Settings, engine: Engine | None = None, *, slots: Slots | None = None) -> web.Application:
+    """Build the gateway. The engine loads in the background; ``/readyz`` says when it is done.
+    ``slots``: a worker's share of the admission counts of its port (``build_gateway``)."""
     middlewares = [errors_middleware]
     header = parse_header(settings.forwarded_header)
     if trusted := parse_trusted(settings.trusted_proxies):  # the client behind a proxy
         middlewares.append(client_middleware(trusted, header))
     app = web.Application(middlewares=middlewares, client_max_size=1024 * 1024)
-    app[GATEWAY] = build_gateway(settings, engine or create_engine(settings))
+    app[GATEWAY] = build_gateway(settings, engine or create_engine(settings), slots=slots)
     app.cleanup_ctx.append(_engine_lifecycle)
     app.on_shutdown.append(close_idle_upstream)
     app.router.add_get("/", http.index)
