@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import os
 import signal
-from typing import AsyncIterator
+from typing import AsyncIterator, Iterator
 
 import aiohttp
 import pytest
@@ -27,7 +27,7 @@ TRIES = 8  # sockets per client address: all eight on one worker has odds of 1 i
 
 
 @pytest.fixture
-def two_workers() -> ServerProcess:
+def two_workers() -> Iterator[ServerProcess]:
     with ServerProcess("serve", "--engine", "fake", "--workers", "2", settings=SETTINGS) as server:
         yield server
 
