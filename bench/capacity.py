@@ -192,6 +192,15 @@ def gateway_settings(fmt: str, extra: dict[str, str] | None = None) -> dict[str,
     }
 
 
+def relay_settings(url: str, sessions: int) -> dict[str, str]:
+    """The gateway's container engine for a relay run. Every session says the same sentence
+    over and over, so the container must synthesize each segment it is sent (``cache``): a
+    shared or cached one arrives at once and the session ends long before the window does.
+    The pool is sized to the sessions: it is the engine's ``max_concurrency``, which the
+    real-time budget counts as the container's real-time streams (4 would refuse the 5th)."""
+    return {"container_url": url, "container_cache": "false", "container_pool_size": str(max(4, sessions))}
+
+
 async def sweep(levels: list[int], plan: Plan, *, settings: dict[str, str] | None = None,
                 stop_on_break: bool = True) -> list[Level]:
     """Run ``levels`` against one fresh gateway subprocess; stop after the first that breaks."""
@@ -205,7 +214,7 @@ async def sweep(levels: list[int], plan: Plan, *, settings: dict[str, str] | Non
             if plan.relay:  # gateway -> container engine -> model container running the paced fake
                 upstream = await stack.enter_async_context(GatewayProcess(
                     plan.engine, {"fake_rtf": "1.0", "log_level": "WARNING"}, command="container"))
-                engine, extra = "container", {"container_url": upstream.ws_url, **extra}
+                engine, extra = "container", {**relay_settings(upstream.ws_url, max(levels)), **extra}
             gw = await stack.enter_async_context(
                 GatewayProcess(engine, gateway_settings(plan.fmt, {"workers": str(plan.workers), **extra}),
                                uvloop=plan.uvloop))

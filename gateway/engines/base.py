@@ -116,6 +116,11 @@ class Engine(Protocol):
 
     async def aclose(self) -> None: ...
 
+    async def close_idle(self) -> None:
+        """Close the connections kept open for reuse (a shutdown's first step, so that the
+        server at their other end need not wait for them); calls in flight go on."""
+        ...
+
     async def wait_vocoder(self, voice: str = "") -> bool:
         """Wait for the background work its vocoder modes need (the embedded engine builds its
         streaming vocoder after start); True once streaming inside a segment is available."""
@@ -184,6 +189,9 @@ class EngineBase:
 
     async def wait_vocoder(self, voice: str = "") -> bool:
         return True  # nothing built in the background: the declared modes are ready
+
+    async def close_idle(self) -> None:
+        return None  # no connections kept for reuse
 
     def require(self, thing: S | None) -> S:
         """``thing`` (the loaded model, the client, the pool) or ``NotReady`` if not started."""

@@ -2,7 +2,8 @@
 
 It speaks the container's ``/invocations-bidirectional-stream`` (see ``gateway.web.container``):
 for each segment it sends ``start`` (``format=pcm``, the voice and speed, ``first_clause: false``:
-the text is one segment, not to be cut again), ``text`` and ``end``,
+the text is one segment, not to be cut again; ``cache: false`` with ``[container] cache = false``),
+``text`` and ``end``,
 then yields the binary PCM frames as they arrive until ``done``. The container does not close
 a socket after ``done``, so finished sockets go back to a small pool of idle ones and the next
 segment skips the handshake; one segment at a time per socket.
@@ -141,6 +142,7 @@ class ContainerSettings:
 
     url: str
     pool_size: int  # idle sockets kept open to the container
+    cache: bool  # false: ask the container to synthesize every segment (``cache: false``)
 
 
 class ContainerEngine(EngineBase):
@@ -218,6 +220,9 @@ class ContainerEngine(EngineBase):
             raise ValueError(f"GET {url} answered {resp.status} with {body!r}")
         return body
 
+    async def close_idle(self) -> None:
+        await self.pool.clear()
+
     async def aclose(self) -> None:
         http, self._http = self._http, None
         self.pool.bind(None)
@@ -257,7 +262,7 @@ class ContainerEngine(EngineBase):
             # is one segment already: the container must not cut its first clause off again
             start = {"type": "start", "format": "pcm", "voice": voice, "speed": speed, "first_clause": False,
                      "buffered_s": round(max(0.0, buffered_s), 3),
-                     **({"vocoder": vocoder} if vocoder else {})}
+                     **({"vocoder": vocoder} if vocoder else {}), **({} if self.options.cache else {"cache": False})}
             try:
                 for message in (start, {"type": "text", "text": text}, {"type": "end"}):
                     await ws.send_str(json.dumps(message))

@@ -31,7 +31,7 @@ from wyoming.server import AsyncEventHandler
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped, SynthesizeVoice
 
 from ... import __version__
-from ...errors import BadRequest, GatewayError
+from ...errors import BadRequest, GatewayError, quoted
 from ..state import Gateway
 from ...core.stream import Event, StreamSession
 from .channel import Channel
@@ -66,7 +66,7 @@ def voice_for(gw: Gateway, voice: SynthesizeVoice | None) -> str | None:
             if same(candidate.language.lower()):
                 return candidate.id
     languages = sorted({v.language for v in gw.engine.voices})
-    raise BadRequest(f"no voice speaks {voice.language!r}; languages: {', '.join(languages)}",
+    raise BadRequest(f"no voice speaks {quoted(voice.language)}; languages: {', '.join(languages)}",
                      code="unknown_language")
 
 
