@@ -24,7 +24,7 @@ from typing import Any, AsyncIterator, Protocol, TypeVar, runtime_checkable
 
 from ..errors import NotReady
 from ..kokoro.timestamps import WordTimes
-from ..kokoro.voicecatalog import Voice
+from ..kokoro.voicecatalog import Voice as Voice  # re-exported: part of the engine contract
 
 S = TypeVar("S")
 MIN_SPEED, MAX_SPEED = 0.5, 2.0  # Kokoro's speeds (the usual declaration)

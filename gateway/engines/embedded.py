@@ -35,7 +35,7 @@ from ..kokoro.parts import (
 from ..kokoro.onnx_sessions import release_freed_memory
 from ..kokoro.timestamps import SegmentWords, WordTimes
 from ..kokoro.vocoder.chunked import FRAME
-from ..kokoro.vocoder.chunked import MODES as VOCODER_MODES
+from ..kokoro.vocoder.modes import MODES as VOCODER_MODES
 from .base import EngineBase
 from .embedded_vocoder import VocoderHost
 from ..kokoro.onnx_model import MODEL_PARTS, KokoroModel, LoadReport, load_model_bytes

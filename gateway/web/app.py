@@ -7,8 +7,10 @@ from typing import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.typedefs import Middleware
 
 from . import http
+from .openai_speech import speech
 from .admission import Admission
 from ..agent import create_agent
 from ..config import Settings
@@ -120,7 +122,7 @@ def build_gateway(settings: Settings, engine: Engine, *, admit: bool = True) -> 
 
 def make_app(settings: Settings, engine: Engine | None = None) -> web.Application:
     """Build the gateway. The engine loads in the background; ``/readyz`` says when it is done."""
-    middlewares = [errors_middleware]
+    middlewares: list[Middleware] = [errors_middleware]
     header = parse_header(settings.forwarded_header)
     if trusted := parse_trusted(settings.trusted_proxies):  # the client behind a proxy
         middlewares.append(client_middleware(trusted, header))
@@ -133,7 +135,7 @@ def make_app(settings: Settings, engine: Engine | None = None) -> web.Applicatio
     app.router.add_get("/metrics", http.metrics)
     app.router.add_get("/v1/voices", http.voices)
     app.router.add_post("/v1/tokens", handle_mint)
-    app.router.add_post("/v1/audio/speech", http.speech)
+    app.router.add_post("/v1/audio/speech", speech)
     app.router.add_route("GET", "/v1/stream/sse", handle_sse)
     app.router.add_route("POST", "/v1/stream/sse", handle_sse)
     app.router.add_get("/v1/stream/ws", handle_ws)

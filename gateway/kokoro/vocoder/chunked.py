@@ -23,7 +23,6 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .modes import MODES
 from .names import CROP, ENERGY, F0, FEATURES, HARMONICS, PHASE_OFFSET
 
 SAMPLE_RATE = 24000

@@ -20,7 +20,8 @@ from ..parts import load_vocab
 from ..floatgraph.runtime import make_session
 from ..onnx_sessions import SharedWeights
 from . import calibrate
-from .chunked import FRAME, FRAME_S, MODES, ChunkRunner, Encoded, Policy, fade, voiced_span
+from .modes import MODES
+from .chunked import FRAME, FRAME_S, ChunkRunner, Encoded, Policy, fade, voiced_span
 from .modes import VocoderMode
 from .pacing import CostModel, Pacer, first_size, next_size
 from .names import DURATIONS, ENERGY, F0, FEATURES, Statistic
