@@ -118,8 +118,9 @@ class ChunkRunner:
         and the generator window's length in frames.
 
         The exact vocoder's front always sees the whole segment (its statistics are then the
-        whole model's). ``left`` overrides the generator's context before ``start``. ``to_end`` extends the generator's window to the segment's end: exact
-        statistics that include the trailing silence, as the whole sentence's do, sound closer.
+        whole model's). ``left`` overrides the generator's context before ``start``. ``to_end``
+        extends the generator's window to the segment's end: exact statistics that include the
+        trailing silence, as the whole sentence's do, sound closer.
         """
         frames, ctx = self.enc.frames, self.policy.context
         if lead > FRAME or (lead and start < 1):
