@@ -20,7 +20,7 @@ What an engine can do (voices, speeds, vocoder modes, ...) it declares once, in 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, AsyncIterator, Protocol, TypeVar, runtime_checkable
+from typing import Any, AsyncGenerator, Protocol, TypeVar, runtime_checkable
 
 from ..errors import NotReady
 from ..kokoro.timestamps import WordTimes
@@ -89,7 +89,7 @@ class Engine(Protocol):
         ...
 
     def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
-                   buffered_s: float = 0.0, timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:
+                   buffered_s: float = 0.0, timestamps: bool = False) -> AsyncGenerator[bytes | WordTimes, None]:
         """Yield s16le mono PCM chunks for ``text``. Raise ``EngineError`` on failure.
 
         The arguments are taken as given: ``gateway.core.options`` checked them against

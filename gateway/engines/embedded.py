@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, Iterator, TypeVar
+from typing import Any, AsyncGenerator, Callable, Iterator, TypeVar
 
 import numpy as np
 
@@ -175,7 +175,7 @@ class EmbeddedEngine(EngineBase):
         return await self._run(lambda: model.phonemes(text, voice or self.default_voice), "G2P")
 
     async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
-                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:
+                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncGenerator[bytes | WordTimes, None]:
         """Yield s16le PCM for ``text``: per piece of at most ``MAX_TOKENS`` phonemes with the
         whole model, or per vocoder chunk when streaming inside the segment.
 

@@ -26,7 +26,7 @@ import time
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncGenerator
 
 import numpy as np
 
@@ -258,7 +258,7 @@ class KokoroEngine(EngineBase):
             await asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True)
 
     async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
-                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:
+                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncGenerator[bytes | WordTimes, None]:
         """Yield s16le PCM per piece of at most ``MAX_TOKENS`` phonemes, each once it is done;
         with ``timestamps``, each piece's ``WordTimes`` (from ``pred_dur``) before its audio.
 
