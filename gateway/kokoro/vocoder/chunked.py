@@ -86,7 +86,8 @@ def phase_offset(f0: np.ndarray, start: int) -> np.ndarray:
     rad = f0[0, :start, None].astype(np.float32) * harmonics / np.float32(SAMPLE_RATE)
     rad = (rad - np.floor(rad)).astype(np.float64)
     cycles = rad.sum(axis=0) * SOURCE_UPSAMPLE
-    return ((cycles % 1.0) / SOURCE_UPSAMPLE).astype(np.float32).reshape(1, 1, HARMONICS)
+    phase: np.ndarray = ((cycles % 1.0) / SOURCE_UPSAMPLE).astype(np.float32).reshape(1, 1, HARMONICS)
+    return phase
 
 
 def voiced_span(energy: np.ndarray, lead: int, tail: int) -> tuple[int, int]:

@@ -58,7 +58,8 @@ class StreamingVocoder:
         self.exact_costs = CostModel()  # exact calls (whole segments, or the rest of one)
         self.report: BuildReport | None = None
         # what add_voice() needs to calibrate a voice later (set by build())
-        self._digest, self._cache_dir = "", None
+        self._digest = ""
+        self._cache_dir: Path | None = None
         self._vocab: Mapping[str, int] = {}
         self._sentences: Sequence[str] = calibrate.SENTENCES
         self.stop = threading.Event()  # set it to end a calibration in progress (Stopped)
@@ -134,11 +135,11 @@ class StreamingVocoder:
             return enc.features, enc.f0, enc.energy
 
         packs = {voice: np.asarray(pack, np.float32).reshape(-1, 256)}
-        stats, elapsed = calibrate.timed_calibrate(encode, self._exact, self.statistics, packs,
-                                                   self._vocab, self._sentences, self.stop)
+        calibrated, elapsed = calibrate.timed_calibrate(encode, self._exact, self.statistics, packs,
+                                                        self._vocab, self._sentences, self.stop)
         if path is not None:
-            calibrate.save_cached(path, stats[voice])
-        self._stats[voice] = stats[voice]  # one assignment: readers see all of it or nothing
+            calibrate.save_cached(path, calibrated[voice])
+        self._stats[voice] = calibrated[voice]  # one assignment: readers see all of it or nothing
         return max(elapsed, 1e-9)
 
     def with_policy(self, policy: Policy) -> "StreamingVocoder":
