@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import logging
 import threading
 import time
@@ -191,23 +192,24 @@ class EmbeddedEngine(EngineBase):
         phonemes, tokens, exact = await self._run(lambda: model.phonemes_words(text, voice), "G2P")
         pieces = split_phonemes(phonemes)
         words = SegmentWords(tokens, phonemes, pieces, exact) if timestamps else None
-        streamer = self.host.streamer(voice) if mode in ("frozen", "frozen-first") else None
+        stream_mode = mode if mode in ("frozen", "frozen-first") else None
+        streamer = self.host.streamer(voice) if stream_mode else None
         for index, piece in enumerate(pieces):
-            if streamer is None:
-                out: Rendered = await self._run(lambda p=piece: self._infer(model, p, voice, speed), "inference")
+            if streamer is None or stream_mode is None:
+                out = await self._run(functools.partial(self._infer, model, piece, voice, speed), "inference")
                 for item in out.items(words, index):
                     yield item
                 continue
             ids = [model.vocab[c] for c in piece]
             style = model.style(voice)[len(ids) - 1].reshape(1, 256)
-            enc = await self._run(lambda i=ids, st=style: streamer.encode(i, st, speed), "inference")
+            enc = await self._run(functools.partial(streamer.encode, ids, style, speed), "inference")
             start, stop = streamer.span(enc)
-            if words is not None:  # the audio below starts at frame ``start`` of the model's
+            if words is not None and enc.durations is not None:  # the audio below starts at frame
                 times = words.piece(index, enc.durations, start * FRAME, max(0, stop - start) * FRAME)
                 if stop > start:
                     yield times
-            chunks = streamer.stream_encoded(enc, style, voice, mode=mode, buffered_s=buffered_s)
-            while (audio := await self._run(lambda c=chunks: self._next_chunk(c), "inference")) is not None:
+            chunks = streamer.stream_encoded(enc, style, voice, mode=stream_mode, buffered_s=buffered_s)
+            while (audio := await self._run(functools.partial(self._next_chunk, chunks), "inference")) is not None:
                 if audio.size:
                     yield to_pcm16(audio)
 

@@ -209,7 +209,7 @@ class StreamTransport:
             if event is None:
                 raise EngineError("the endpoint ended the stream before the reply was done", code="engine_unavailable")
             part = getattr(event, "value", None)
-            if not hasattr(part, "bytes_"):
+            if part is None or not hasattr(part, "bytes_"):
                 log.warning("ignoring an unknown response event: %r", event)
                 continue
             pending += part.bytes_ or b""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Sequence
+from typing import Any, Awaitable, Callable, Sequence
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -124,7 +124,7 @@ def client_middleware(trusted: Sequence[Network], header: str = XFF) -> Middlewa
     @web.middleware
     async def forwarded_client(request: web.Request, handler: Handler) -> web.StreamResponse:
         client, scheme = resolve(request.remote, forwarding(request, header), trusted)
-        changes: dict[str, str] = {}
+        changes: dict[str, Any] = {}  # clone()'s keywords
         if client != request.remote and client is not None:
             changes["remote"] = client
         if scheme is not None and scheme != request.scheme:
