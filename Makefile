@@ -62,7 +62,7 @@ lint: $(STAMP_TEST)
 	$(PY) -m mypy
 
 fmt: $(STAMP_TEST)
-	$(PY) -m ruff check --fix .
+	$(PY) -m ruff check --fix-only .
 	$(PY) -m ruff format .
 
 # pytest's exit code 5 (no tests collected) fails this target like any other failure

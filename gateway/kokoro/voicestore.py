@@ -163,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     store = store_dir(args.dir)
     if args.command == "path":
-        print(store)
+        print(store)  # noqa: T201 (the command's output, for scripts)
         return 0
     if args.command == "verify":
         found = problems(store)

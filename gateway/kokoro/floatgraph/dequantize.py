@@ -129,7 +129,7 @@ def _lstm(g: Graph, node: onnx.NodeProto) -> onnx.NodeProto:
     """ONNX LSTM wants W [D, 4H, in] and R [D, 4H, H]; the quantized op stores them transposed."""
     ins = list(node.input)
     weights = []
-    for k, (q, s, z) in enumerate(((ins[1], ins[8], ins[9]), (ins[2], ins[10], ins[11]))):
+    for q, s, z in ((ins[1], ins[8], ins[9]), (ins[2], ins[10], ins[11])):
         w = g.array(q).astype(np.float32)
         w = (w - g.array(z).astype(np.float32)[:, None, None]) * g.array(s).astype(np.float32)[:, None, None]
         weights.append(g.add_weight(float_name(q), w.transpose(0, 2, 1)))
