@@ -2,8 +2,9 @@
 
 The gateway runs in a SUBPROCESS (so the client load does not share its event loop) with the
 fake engine pacing audio at real time (``fake_rtf=1.0``; ``PacedFakeEngine`` by default, which
-keeps to the clock where the stock one drifts); the clients run in one or more client processes. Per concurrency level every session opens a WebSocket, asks for a reply long
-enough to outlast the level, and measures each payload's lateness::
+keeps to the clock where the stock one drifts); the clients run in one or more client processes.
+Per concurrency level every session opens a WebSocket, asks for a reply long enough to outlast
+the level, and measures each payload's lateness::
 
     lateness = arrival - (first arrival + audio duration received before it)
 
@@ -232,11 +233,13 @@ def _row(r: Level) -> str:
     errs = ",".join(f"{k}:{v}" for k, v in r.errors.items()) or "-"
     return (f"{r.format:>4} {r.concurrency:>6} {r.streaming_at_end:>6} {r.late_p50_ms:>8.1f} {r.late_p99_ms:>8.1f} "
             f"{r.late_max_ms:>8.1f} {r.gateway_cores:>6.2f} {r.gateway_runqueue:>6.2f} "
-            f"{'-' if r.upstream_cores is None else format(r.upstream_cores, '.2f'):>6} {r.client_cores:>6.2f} {r.machine_busy:>5.0%} "
+            f"{'-' if r.upstream_cores is None else format(r.upstream_cores, '.2f'):>6} "
+            f"{r.client_cores:>6.2f} {r.machine_busy:>5.0%} "
             f"{r.streams_per_core:>8.1f} {'yes' if r.holds else 'NO':>5} {errs}")
 
 
-HEADER = (f"{'fmt':>4} {'conc':>6} {'live':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'gw cpu':>6} {'gw rq':>6} {'up cpu':>6} "
+HEADER = (f"{'fmt':>4} {'conc':>6} {'live':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
+          f"{'gw cpu':>6} {'gw rq':>6} {'up cpu':>6} "
           f"{'client':>6} {'box':>5} {'str/core':>8} {'holds':>5} errors")
 
 

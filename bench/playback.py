@@ -147,7 +147,7 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     keys = dict.fromkeys((r["engine"], r["scenario"], r["channel"]) for r in runs)
     for engine, scenario, channel in keys:
         mine = [r for r in runs if (r["engine"], r["scenario"], r["channel"]) == (engine, scenario, channel)]
-        mean = lambda k: _mean([r.get(k) for r in mine])  # noqa: E731
+        mean = lambda k, mine=mine: _mean([r.get(k) for r in mine])  # noqa: E731
         row = {"engine": engine, "scenario": scenario, "channel": channel, "n": len(mine), "audio_s": mean("audio_s")}
         if channel == "batch":
             row["batch_ms"] = mean("batch_ms")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import resource
+from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -28,7 +29,8 @@ class Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.multiprocess = multiprocess()
-        total, each = "livesum", "liveall"  # gauge modes across workers (ignored in one process)
+        total: Final = "livesum"  # gauge modes across workers (ignored in one process)
+        each: Final = "liveall"
         self.sessions = Counter("tts_sessions", "Sessions started", ["channel"], registry=r)
         self.active = Gauge("tts_sessions_active", "Sessions in progress", ["channel"], registry=r,
                             multiprocess_mode=total)

@@ -270,7 +270,8 @@ def test_the_opening_chunk_needs_less_left_context(model: Model, vocoder: Stream
         start, _ = voiced_span(enc.energy, p.lead, p.tail)
         assert start >= p.context  # the lead silence is there to drop
 
-        def chunk(policy: Policy, left: int | None = None) -> tuple[np.ndarray, int]:
+        def chunk(policy: Policy, left: int | None = None, enc: Encoded = enc, style: np.ndarray = style,
+                  start: int = start) -> tuple[np.ndarray, int]:
             runner = ChunkRunner(vocoder._frozen, vocoder._exact, enc, style, vocoder._stats[VOICE], policy)
             return runner.run(start, start + 6, exact=False, left=left)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import AsyncIterator, Callable
+from typing import AsyncGenerator, Callable
 
 from ..audio.encoders import Encoder
 from ..config import Settings
@@ -21,7 +21,7 @@ from .synthesis import SynthesisHub
 
 
 async def drain(hub: SynthesisHub, options: StreamOptions, settings: Settings, *, live: bool = False,
-                encoder: Callable[[], Encoder] | None = None) -> AsyncIterator[bytes]:
+                encoder: Callable[[], Encoder] | None = None) -> AsyncGenerator[bytes, None]:
     """The audio payloads of ``options.text`` in order, as the pipeline makes them. ``live``:
     someone listens as they come (the schedule of a streaming session). Raises the
     ``GatewayError`` that ended the reply; leaving early stops the synthesis."""

@@ -59,7 +59,10 @@ class BudgetMember:
         budget, listener = self.hub.budget, self.listener
         if not listener.live or self in budget.members:
             return
-        audio = lambda: listener.audio_of(self._forecast_texts(None))  # noqa: E731
+
+        def audio() -> list[float]:
+            return listener.audio_of(self._forecast_texts(None))
+
         await budget.enter(self, audio, listener.requested, self.verdict or ADMIT)
         if self.verdict is not None:  # it waited: the start forecast now
             start = budget.verdict(audio(), listener.requested, self).start_s

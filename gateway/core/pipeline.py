@@ -36,7 +36,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, TypeAlias
 
 from ..audio.encoders import Encoder
 from ..audio.resample import reply_encoder
@@ -68,7 +68,8 @@ class Event:
     end_ms: float = 0.0  # an ``audio`` payload's end on the reply's timeline (not on the wire)
 
 
-SegmentQueue = asyncio.Queue  # of Event (its sentence), WordTimes and bytes (PCM), then None or an exception
+# a segment: its sentence Event, then WordTimes and bytes (PCM), then None or an exception
+SegmentQueue: TypeAlias = asyncio.Queue[Event | WordTimes | bytes | BaseException | None]
 
 
 def error_event(exc: BaseException) -> Event:

@@ -31,7 +31,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from typing import AsyncIterator
+from typing import AsyncGenerator, AsyncIterator, Protocol
 
 from .budget import Budget
 from ..config import Settings
@@ -47,6 +47,15 @@ log = logging.getLogger(__name__)
 
 Key = tuple[str, float, str, str]
 Item = bytes | WordTimes  # what a flight yields: PCM, or the words of the PCM that follows
+
+
+class ItemStream(Protocol):
+    """What ``SynthesisHub.synthesize`` returns: a flight's follower or a cached reply; closing
+    it early leaves the flight (``contextlib.aclosing``)."""
+
+    def __aiter__(self) -> AsyncIterator[Item]: ...
+    async def __anext__(self) -> Item: ...
+    async def aclose(self) -> None: ...
 
 
 class Flight:
@@ -208,11 +217,11 @@ class SynthesisHub:
 
     def synthesize(self, text: str, *, voice: str, speed: float, mode: str | None = None,
                    requested_mode: str | None = None, buffered_s: float = 0.0,
-                   share: bool = True, slot: tuple[float, object | None] | None = None) -> AsyncIterator[Item]:
+                   share: bool = True, slot: tuple[float, object | None] | None = None) -> ItemStream:
         """PCM chunks for ``text`` (and ``WordTimes`` before them, where the engine gives them).
         ``mode`` goes to the engine (the listener's pick for this segment); ``requested_mode``
-        (default ``mode``) is the mode the request asked for, which identical requests share on. ``slot``: (deadline, listener) for the
-        engine's queue (default: due now, nobody's)."""
+        (default ``mode``) is the mode the request asked for, which identical requests share on.
+        ``slot``: (deadline, listener) for the engine's queue (default: due now, nobody's)."""
         if not share:
             return Flight(self, None, text, voice, speed, mode, buffered_s, slot).follow()
         key: Key = (voice, round(speed, 3), requested_mode if requested_mode is not None else (mode or ""),
@@ -276,7 +285,7 @@ class SynthesisHub:
             self.metrics.cache_bytes.set(self.cache_bytes)
 
 
-async def _once(pcm: bytes, words: tuple[WordTimes, ...]) -> AsyncIterator[Item]:
+async def _once(pcm: bytes, words: tuple[WordTimes, ...]) -> AsyncGenerator[Item, None]:
     for w in words:  # times from the segment's first sample: all of them may come first
         yield w
     yield pcm

@@ -22,12 +22,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from dataclasses import dataclass, fields
-from typing import Any, AsyncIterator, Callable, Protocol, TypeVar, runtime_checkable
+from typing import Any, AsyncGenerator, Callable, Protocol, TypeVar, runtime_checkable
 
 from ..errors import BadRequest, EngineError, NotReady
 from ..kokoro.timestamps import WordTimes
 from ..kokoro.vocoder.modes import VocoderMode
-from ..kokoro.voicecatalog import Voice
+from ..kokoro.voicecatalog import Voice as Voice  # re-exported: part of the engine contract
 
 S = TypeVar("S")
 T = TypeVar("T")
@@ -127,7 +127,7 @@ class Engine(Protocol):
         ...
 
     def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
-                   buffered_s: float = 0.0, timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:
+                   buffered_s: float = 0.0, timestamps: bool = False) -> AsyncGenerator[bytes | WordTimes, None]:
         """Yield s16le mono PCM chunks for ``text``. Raise ``EngineError`` on failure.
 
         The arguments are taken as given: ``gateway.core.options`` checked them against

@@ -27,7 +27,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any, AsyncGenerator
 
 import aiohttp
 from yarl import URL
@@ -231,7 +231,7 @@ class ContainerEngine(EngineBase):
             await http.close()
 
     async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
-                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:
+                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncGenerator[bytes | WordTimes, None]:
         """Yield the container's PCM for ``text`` (with ``timestamps``, its ``words`` events as
         ``WordTimes`` before the audio); one retry on a fresh socket before anything came."""
         self.require(self._http)
@@ -253,7 +253,7 @@ class ContainerEngine(EngineBase):
                 await self.pool.clear()  # the others are likely as stale (a restarted container)
 
     async def _segment(self, text: str, voice: str, speed: float, vocoder: str | None, buffered_s: float,
-                       timestamps: bool, *, fresh: bool) -> AsyncIterator[bytes | WordTimes]:
+                       timestamps: bool, *, fresh: bool) -> AsyncGenerator[bytes | WordTimes, None]:
         ws = await self.pool.acquire(fresh=fresh)
         done = False
         try:

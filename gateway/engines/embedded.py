@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, Iterator, TypeVar
+from typing import Any, AsyncGenerator, Callable, Iterator, TypeVar
 
 import numpy as np
 
@@ -35,7 +36,8 @@ from ..kokoro.parts import (
 from ..kokoro.onnx_sessions import release_freed_memory
 from ..kokoro.timestamps import SegmentWords, WordTimes
 from ..kokoro.vocoder.chunked import FRAME
-from ..kokoro.vocoder.modes import MODES as VOCODER_MODES, VocoderMode
+from ..kokoro.vocoder.modes import MODES as VOCODER_MODES
+from ..kokoro.vocoder.modes import VocoderMode
 from .base import EngineBase
 from .embedded_vocoder import VocoderHost
 from ..kokoro.onnx_model import MODEL_PARTS, KokoroModel, LoadReport, load_model_bytes
@@ -181,7 +183,7 @@ class EmbeddedEngine(EngineBase):
         return await self._run(lambda: model.phonemes(text, voice or self.default_voice), "G2P")
 
     async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
-                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:
+                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncGenerator[bytes | WordTimes, None]:
         """Yield s16le PCM for ``text``: per piece of at most ``MAX_TOKENS`` phonemes with the
         whole model, or per vocoder chunk when streaming inside the segment.
 
@@ -197,23 +199,24 @@ class EmbeddedEngine(EngineBase):
         phonemes, tokens, exact = await self._run(lambda: model.phonemes_words(text, voice), "G2P")
         pieces = split_phonemes(phonemes)
         words = SegmentWords(tokens, phonemes, pieces, exact) if timestamps else None
-        streamer = self.host.streamer(voice) if mode in (VocoderMode.FROZEN, VocoderMode.FROZEN_FIRST) else None
+        stream_mode = mode if mode in (VocoderMode.FROZEN, VocoderMode.FROZEN_FIRST) else None
+        streamer = self.host.streamer(voice) if stream_mode else None
         for index, piece in enumerate(pieces):
-            if streamer is None:
-                out: Rendered = await self._run(lambda p=piece: self._infer(model, p, voice, speed), "inference")
+            if streamer is None or stream_mode is None:
+                out = await self._run(functools.partial(self._infer, model, piece, voice, speed), "inference")
                 for item in out.items(words, index):
                     yield item
                 continue
             ids = [model.vocab[c] for c in piece]
             style = model.style(voice)[len(ids) - 1].reshape(1, 256)
-            enc = await self._run(lambda i=ids, st=style: streamer.encode(i, st, speed), "inference")
+            enc = await self._run(functools.partial(streamer.encode, ids, style, speed), "inference")
             start, stop = streamer.span(enc)
-            if words is not None:  # the audio below starts at frame ``start`` of the model's
+            if words is not None and enc.durations is not None:  # the audio below starts at frame
                 times = words.piece(index, enc.durations, start * FRAME, max(0, stop - start) * FRAME)
                 if stop > start:
                     yield times
-            chunks = streamer.stream_encoded(enc, style, voice, mode=mode, buffered_s=buffered_s)
-            while (audio := await self._run(lambda c=chunks: self._next_chunk(c), "inference")) is not None:
+            chunks = streamer.stream_encoded(enc, style, voice, mode=stream_mode, buffered_s=buffered_s)
+            while (audio := await self._run(functools.partial(self._next_chunk, chunks), "inference")) is not None:
                 if audio.size:
                     yield to_pcm16(audio)
 

@@ -18,7 +18,7 @@ import contextlib
 import os
 import zlib
 from dataclasses import dataclass
-from typing import AsyncIterator
+from typing import AsyncGenerator
 
 import numpy as np
 
@@ -106,7 +106,7 @@ class FakeEngine(EngineBase):
         return {"calls": self.calls}
 
     async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
-                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:
+                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncGenerator[bytes | WordTimes, None]:
         s = self.options
         self.calls += 1
         self.active += 1
@@ -120,7 +120,7 @@ class FakeEngine(EngineBase):
         finally:
             self.active -= 1
 
-    async def _compute(self, text: str, voice: str, speed: float, timestamps: bool) -> AsyncIterator[bytes | WordTimes]:
+    async def _compute(self, text: str, voice: str, speed: float, timestamps: bool) -> AsyncGenerator[bytes | WordTimes, None]:
         s = self.options
         if s.first_delay_ms:
             await asyncio.sleep(s.first_delay_ms / 1000)

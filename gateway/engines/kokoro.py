@@ -19,14 +19,16 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import json
 import logging
+import operator
 import os
 import time
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncGenerator, Callable, TypeVar
 
 import numpy as np
 
@@ -42,6 +44,7 @@ from .base import EngineBase
 from .batcher import MicroBatcher, batch_size
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 REPO_ID = "hexgrad/Kokoro-82M"  # only names the model family; passing it silences a warning
 PREFERRED_WEIGHTS = "kokoro-v1_0.pth"
@@ -126,7 +129,7 @@ class TorchKokoro:
         self.vocab: dict[str, int] = config["vocab"]
         self.voices = {k: torch.from_numpy(np.array(v, np.float32)) for k, v in (packs or {}).items()}
         self.voices.update({path.stem: self._load_voice(torch, path) for path in files.voices})
-        self._blends = Blends(self.voices, lambda parts: sum(p * w for p, w in parts))
+        self._blends = Blends(self.voices, lambda parts: functools.reduce(operator.add, (p * w for p, w in parts)))
         t1 = time.perf_counter()
         self.phonemize = Phonemizer(g2p_route)
         self.model_s, self.g2p_s = t1 - t0, time.perf_counter() - t1
@@ -257,7 +260,7 @@ class KokoroEngine(EngineBase):
             await asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True)
 
     async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
-                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:
+                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncGenerator[bytes | WordTimes, None]:
         """Yield s16le PCM per piece of at most ``MAX_TOKENS`` phonemes, each once it is done;
         with ``timestamps``, each piece's ``WordTimes`` (from ``pred_dur``) before its audio.
 
@@ -281,5 +284,5 @@ class KokoroEngine(EngineBase):
             return await self._batcher.submit(Segment(piece, voice, speed))
         return await self._run(lambda: model.render(piece, voice, speed), "inference")
 
-    async def _run(self, fn: Any, what: str, executor: Any = None) -> Any:
+    async def _run(self, fn: Callable[[], T], what: str, executor: concurrent.futures.Executor | None = None) -> T:
         return await self.outcome(self.submit(self.require(executor or self._executor), fn), what)

@@ -247,4 +247,5 @@ class Rendered:
 
 
 def to_pcm16(audio: np.ndarray) -> bytes:
-    return (np.clip(audio, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+    pcm: np.ndarray = (np.clip(audio, -1.0, 1.0) * 32767.0).astype("<i2")
+    return pcm.tobytes()

@@ -7,8 +7,10 @@ from typing import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.typedefs import Middleware
 
 from . import http
+from .openai_speech import speech
 from .admission import Admission
 from .limits import Slots
 from ..agent import create_agent
@@ -134,7 +136,7 @@ def build_gateway(settings: Settings, engine: Engine, *, admit: bool = True, slo
 def make_app(settings: Settings, engine: Engine | None = None, *, slots: Slots | None = None) -> web.Application:
     """Build the gateway. The engine loads in the background; ``/readyz`` says when it is done.
     ``slots``: a worker's share of the admission counts of its port (``build_gateway``)."""
-    middlewares = [errors_middleware]
+    middlewares: list[Middleware] = [errors_middleware]
     header = parse_header(settings.forwarded_header)
     if trusted := parse_trusted(settings.trusted_proxies):  # the client behind a proxy
         middlewares.append(client_middleware(trusted, header))
@@ -148,7 +150,7 @@ def make_app(settings: Settings, engine: Engine | None = None, *, slots: Slots |
     app.router.add_get("/metrics", http.metrics)
     app.router.add_get("/v1/voices", http.voices)
     app.router.add_post("/v1/tokens", handle_mint)
-    app.router.add_post("/v1/audio/speech", http.speech)
+    app.router.add_post("/v1/audio/speech", speech)
     app.router.add_route("GET", "/v1/stream/sse", handle_sse)
     app.router.add_route("POST", "/v1/stream/sse", handle_sse)
     app.router.add_get("/v1/stream/ws", handle_ws)

@@ -5,7 +5,6 @@ from pathlib import Path
 
 from aiohttp import web
 
-from .openai_speech import speech  # noqa: F401  (POST /v1/audio/speech, OpenAI-compatible)
 from .state import GATEWAY
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Mapping
+from typing import Any, AsyncGenerator, Mapping
 
 from aiohttp import web
 
@@ -152,7 +152,7 @@ def encode_reply(req: SpeechRequest, pcm: bytes) -> bytes:
     return audio
 
 
-def _payloads(req: SpeechRequest, gw: Gateway) -> AsyncIterator[bytes]:
+def _payloads(req: SpeechRequest, gw: Gateway) -> AsyncGenerator[bytes, None]:
     """The reply's payloads as each is encoded, from the same pipeline as the streaming
     channels (a listener's schedule, shared synthesis, the cache)."""
     fmt = _ENCODER_FORMAT[req.response_format]

@@ -23,7 +23,6 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .modes import MODES
 from .names import CROP, ENERGY, F0, FEATURES, HARMONICS, PHASE_OFFSET
 
 SAMPLE_RATE = 24000
@@ -87,7 +86,8 @@ def phase_offset(f0: np.ndarray, start: int) -> np.ndarray:
     rad = f0[0, :start, None].astype(np.float32) * harmonics / np.float32(SAMPLE_RATE)
     rad = (rad - np.floor(rad)).astype(np.float64)
     cycles = rad.sum(axis=0) * SOURCE_UPSAMPLE
-    return ((cycles % 1.0) / SOURCE_UPSAMPLE).astype(np.float32).reshape(1, 1, HARMONICS)
+    phase: np.ndarray = ((cycles % 1.0) / SOURCE_UPSAMPLE).astype(np.float32).reshape(1, 1, HARMONICS)
+    return phase
 
 
 def voiced_span(energy: np.ndarray, lead: int, tail: int) -> tuple[int, int]:
@@ -119,8 +119,9 @@ class ChunkRunner:
         and the generator window's length in frames.
 
         The exact vocoder's front always sees the whole segment (its statistics are then the
-        whole model's). ``left`` overrides the generator's context before ``start``. ``to_end`` extends the generator's window to the segment's end: exact
-        statistics that include the trailing silence, as the whole sentence's do, sound closer.
+        whole model's). ``left`` overrides the generator's context before ``start``. ``to_end``
+        extends the generator's window to the segment's end: exact statistics that include the
+        trailing silence, as the whole sentence's do, sound closer.
         """
         frames, ctx = self.enc.frames, self.policy.context
         if lead > FRAME or (lead and start < 1):

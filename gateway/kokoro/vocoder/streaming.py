@@ -20,8 +20,8 @@ from ..parts import load_vocab
 from ..floatgraph.runtime import make_session
 from ..onnx_sessions import SharedWeights
 from . import calibrate
-from .chunked import FRAME, FRAME_S, MODES, ChunkRunner, Encoded, Policy, fade, voiced_span
-from .modes import DEFAULT, VocoderMode
+from .chunked import FRAME, FRAME_S, ChunkRunner, Encoded, Policy, fade, voiced_span
+from .modes import DEFAULT, MODES, VocoderMode
 from .pacing import CostModel, Pacer, first_size, next_size
 from .names import DURATIONS, ENERGY, F0, FEATURES, Statistic
 
@@ -57,7 +57,8 @@ class StreamingVocoder:
         self.exact_costs = CostModel()  # exact calls (whole segments, or the rest of one)
         self.report: BuildReport | None = None
         # what add_voice() needs to calibrate a voice later (set by build())
-        self._digest, self._cache_dir = "", None
+        self._digest = ""
+        self._cache_dir: Path | None = None
         self._vocab: Mapping[str, int] = {}
         self._sentences: Sequence[str] = calibrate.SENTENCES
         self.stop = threading.Event()  # set it to end a calibration in progress (Stopped)
@@ -133,11 +134,11 @@ class StreamingVocoder:
             return enc.features, enc.f0, enc.energy
 
         packs = {voice: np.asarray(pack, np.float32).reshape(-1, 256)}
-        stats, elapsed = calibrate.timed_calibrate(encode, self._exact, self.statistics, packs,
-                                                   self._vocab, self._sentences, self.stop)
+        calibrated, elapsed = calibrate.timed_calibrate(encode, self._exact, self.statistics, packs,
+                                                        self._vocab, self._sentences, self.stop)
         if path is not None:
-            calibrate.save_cached(path, stats[voice])
-        self._stats[voice] = stats[voice]  # one assignment: readers see all of it or nothing
+            calibrate.save_cached(path, calibrated[voice])
+        self._stats[voice] = calibrated[voice]  # one assignment: readers see all of it or nothing
         return max(elapsed, 1e-9)
 
     def with_policy(self, policy: Policy) -> "StreamingVocoder":

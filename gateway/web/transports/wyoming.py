@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from typing import Any, Callable
 
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.error import Error
@@ -61,7 +61,9 @@ def voice_for(gw: Gateway, voice: SynthesizeVoice | None) -> str | None:
         return None
     wanted = voice.language.replace("_", "-").lower()
     voices = sorted(gw.engine.voices, key=lambda v: not v.default)
-    for same in (lambda lang: lang == wanted, lambda lang: lang.split("-")[0] == wanted.split("-")[0]):
+    matchers: tuple[Callable[[str], bool], ...] = (
+        lambda lang: lang == wanted, lambda lang: lang.split("-")[0] == wanted.split("-")[0])
+    for same in matchers:
         for candidate in voices:
             if same(candidate.language.lower()):
                 return candidate.id
