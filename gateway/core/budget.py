@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 from .edf import HORIZON_S, Job, Stream, edf, forecast, late, newcomer
 from ..errors import Overloaded
+from ..kokoro.vocoder.modes import VocoderMode
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -220,6 +221,12 @@ class Budget:
         k = self.safety()
         return [k * self.engine_rate.predict(mode, a) for a in audio], audio
 
+    def first_fraction(self, mode: str | None) -> float:
+        """How a segment's audio arrives in the forecasts across listeners: streamed from this
+        share of its call on, or whole (1). ``frozen-first`` counts as whole: it streams only
+        while the engine has headroom (``Listener.mode_for``), which others may take."""
+        return 1.0 if mode == VocoderMode.FROZEN_FIRST else self.engine_rate.first_fraction(mode)
+
     def verdict(self, audio: Sequence[float], mode: str | None, exclude: object = None,
                 key: ShareKey | None = None) -> Verdict:
         """Start forecast for a reply of ``audio`` segments; one that shares its synthesis with
@@ -228,7 +235,7 @@ class Budget:
             return Verdict(twin, twin, 0.0)
         work, seg_audio = self.plan(audio, mode)
         others, free = self.streams(exclude) if self.contended() else ([], [0.0])
-        start, alone = forecast(others, work, seg_audio, free)
+        start, alone = forecast(others, work, seg_audio, free, self.first_fraction(mode))
         limit = max(self.max_start_s, alone)
         return Verdict(start, alone, 0.0 if start <= limit + 1e-6 else start - limit)
 

@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from .schedule import early_s
+
 log = logging.getLogger(__name__)
 
 HORIZON_S = 600.0  # no forecast looks further ahead than this
@@ -19,11 +21,20 @@ SLACK_S = 0.02  # an admitted listener may be this much later than without the n
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """One segment's engine work: ``work_s`` of compute, needed ``deadline`` s from now."""
+    """One segment's engine work: ``work_s`` of compute, needed ``deadline`` s from now;
+    ``first_fraction`` (< 1: streamed inside the segment) and ``early_s`` (how long before its
+    end it may be due: ``schedule.early_s``) describe how its audio arrives."""
 
     work_s: float
     deadline: float
     audio_s: float = 0.0
+    first_fraction: float = 1.0
+    early_s: float = 0.0
+
+
+def job(work_s: float, deadline: float, audio_s: float, first_fraction: float = 1.0) -> Job:
+    """A segment's job, its audio arriving whole at its end or streamed from ``first_fraction`` on."""
+    return Job(work_s, deadline, audio_s, first_fraction, early_s(work_s, audio_s, first_fraction))
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,33 +74,34 @@ def edf(streams: Sequence[Stream], free_at: Sequence[float]) -> list[list[float]
 
 def late(stream: Stream, finish: Sequence[float]) -> float:
     """How far the latest job of ``stream`` finishes after its deadline (<= 0: none late)."""
-    return max((f - j.deadline for j, f in zip(stream.jobs, finish)), default=-math.inf)
+    return max((f - j.early_s - j.deadline for j, f in zip(stream.jobs, finish)), default=-math.inf)
 
 
-def newcomer(work: Sequence[float], audio: Sequence[float], start: float) -> Stream:
-    """A reply that starts playing ``start`` s from now: segment k is due then plus the audio before it."""
+def newcomer(work: Sequence[float], audio: Sequence[float], start: float, first_fraction: float = 1.0) -> Stream:
+    """A reply that starts playing ``start`` s from now: segment k is due then plus the audio
+    before it (each streamed from ``first_fraction`` of its time on, or whole at its end)."""
     jobs, pos = [], 0.0
     for w, a in zip(work, audio):
-        jobs.append(Job(w, start + pos, a))
+        jobs.append(job(w, start + pos, a, first_fraction))
         pos += a
     return Stream(tuple(jobs))
 
 
 def forecast(others: Sequence[Stream], work: Sequence[float], audio: Sequence[float],
-             free_at: Sequence[float]) -> tuple[float, float]:
+             free_at: Sequence[float], first_fraction: float = 1.0) -> tuple[float, float]:
     """(start, start alone): the earliest playback start of a new reply (segments' ``work`` and
     ``audio``) that keeps every other stream no later than it is without it and every one of
     its own segments in time; the same on an idle engine. ``inf`` beyond ``HORIZON_S``."""
     if not work:
         return 0.0, 0.0
-    alone_fin = edf([newcomer(work, audio, 0.0)], [0.0] * len(free_at))[0]
-    alone = max(0.0, late(newcomer(work, audio, 0.0), alone_fin))
+    alone_fin = edf([newcomer(work, audio, 0.0, first_fraction)], [0.0] * len(free_at))[0]
+    alone = max(0.0, late(newcomer(work, audio, 0.0, first_fraction), alone_fin))
     if not others and not any(free_at):
         return alone, alone
     base = [max(0.0, late(s, f)) for s, f in zip(others, edf(others, free_at))]
 
     def fits(start: float) -> bool:
-        mine = newcomer(work, audio, start)
+        mine = newcomer(work, audio, start, first_fraction)
         fin = edf([*others, mine], free_at)
         if late(mine, fin[-1]) > 1e-6:
             return False

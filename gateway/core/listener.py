@@ -19,11 +19,12 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from .budget import Job, Stream, edf, share_key
+from .budget import Stream, edf, share_key
+from .edf import job
 from ..config import Settings
 from .options import StreamOptions
 from .margins import needed_stretch, scaled
-from .schedule import forecast, preroll_from, preroll_s
+from .schedule import forecast, pieces_of, preroll_from, preroll_s
 from .engine_rate import DEFAULT, EngineRate
 from ..kokoro.vocoder.modes import VocoderMode
 
@@ -62,13 +63,24 @@ class Listener:
         # stretch), and the arrivals since: what the margins learn from
         self.plan: tuple[Callable[[float], float], float, str] | None = None
         self.arrivals: list[tuple[float, float]] = []
+        self.more: Callable[[], bool] = lambda: False  # another segment is cut and waits (the pipeline's)
 
     def made(self, samples: int) -> None:
         self.samples += samples
         self.segment_samples += samples
         if self.plan is not None:
             self.arrivals.append((self.clock() - self.plan[1], samples / self.sample_rate))
-        if self.t_play is None and self.samples / self.sample_rate >= self.preroll_told_s - 1e-9:
+        self._check_start()
+
+    def tell(self, preroll_s: float) -> None:
+        """The player was told to hold ``preroll_s`` (before it starts; later figures are for
+        a player that ran dry): one that holds that much already starts now."""
+        if self.t_play is None:
+            self.preroll_told_s = preroll_s
+            self._check_start()
+
+    def _check_start(self) -> None:
+        if self.t_play is None and self.samples and self.samples / self.sample_rate >= self.preroll_told_s - 1e-9:
             self.t_play = self.clock()
 
     def first_audio(self) -> None:
@@ -84,19 +96,29 @@ class Listener:
         base = self.t_play if self.t_play is not None else self.promised_start
         return (base if base is not None else self.t_created) + made
 
+    def next_deadline(self, call_audio_s: float) -> float | None:
+        """When the listener runs dry once the call that just ended (``call_audio_s`` of audio,
+        some of it counted already) is in, if another segment is ready to go; else None."""
+        if not self.more():
+            return None
+        return self.deadline() + max(0.0, call_audio_s - self.segment_samples / self.sample_rate)
+
     def stream(self, audio: Sequence[float], now: float, running: float | None, current: bool) -> Stream:
         """The engine work of segments of ``audio`` s (``audio[0]`` the segment being made when
         ``current``), each due when the listener would run dry without it; ``running``: the
         compute left in this listener's call on the engine now."""
         rate, mode = self.engine_rate, self.later_mode()
-        k = self.budget.safety() if self.budget is not None else rate.safety(self.settings.preroll_safety)
+        if self.budget is not None:
+            k, fraction = self.budget.safety(), self.budget.first_fraction(mode)
+        else:
+            k, fraction = rate.safety(self.settings.preroll_safety), rate.first_fraction(mode)
         due, release, jobs = self.deadline() - now, 0.0, []
         for i, a in enumerate(audio):
             left = max(0.0, a - self.segment_samples / self.sample_rate) if i == 0 and current else a
             if i == 0 and current and running is not None:
                 release = running  # on the engine now: its slot is busy that long
             elif a > 0:
-                jobs.append(Job(k * rate.predict(mode, a) * left / a, due, left))
+                jobs.append(job(k * rate.predict(mode, a) * left / a, due, left, fraction))
             due += left
         return Stream(tuple(jobs), release)
 
@@ -104,17 +126,20 @@ class Listener:
         return [self.engine_rate.audio_s(t, self.options.speed) for t in texts]
 
     def buffered_s(self) -> float:
-        """Audio made for the listener that they have not heard yet (0 before the first):
-        a player that starts at the first payload and plays in real time. With the option
-        ``buffered_s`` (audio the listener held before this reply), that plays first."""
+        """Audio made for the listener that they have not heard yet: all of it until their
+        player starts (once it holds the preroll it was told: ``t_play``), then what is ahead
+        of real-time playback from that start. (Counting only what was ahead of a start at the
+        first payload told a player still holding its first short segment to start at once,
+        and it ran dry: ``bench listeners`` N=2.) With the option ``buffered_s`` (audio the
+        listener held before this reply), that plays first."""
         if not self.live:
             return 0.0
         made = self.samples / self.sample_rate
         if held := self.options.buffered_s:
             return max(0.0, held + made - (self.clock() - self.t_created))
-        if self.t_first_audio is None:
-            return 0.0
-        return max(0.0, made - (self.clock() - self.t_first_audio))
+        if self.t_play is None:
+            return made
+        return max(0.0, made - (self.clock() - self.t_play))
 
     def mode_for(self, text: str) -> str | None:
         """The vocoder mode for this segment. ``frozen-first`` streams inside a segment only
@@ -157,8 +182,7 @@ class Listener:
             self.plan = self._plan(texts, modes, mode)
         ms = (round(1000 * shared) if shared is not None else
               preroll_ms(self.engine_rate, self.settings, self.options.speed, texts, self.buffered_s(), modes))
-        if self.t_play is None:
-            self.preroll_told_s = ms / 1000
+        self.tell(ms / 1000)
         return ms
 
     def learn(self) -> None:
@@ -200,10 +224,11 @@ class Listener:
             return None
         mine = self.stream(self.audio_of(texts), self.clock(), None, current=False)
         finish = edf([*others, mine], free or [0.0])[-1]
-        pieces, position = [], 0.0
-        for job, at in zip(mine.jobs, finish):
-            pieces.append((at, job.audio_s, position))
-            position += job.audio_s
+        pieces: list[tuple[float, float, float]] = []
+        position = 0.0
+        for j, at in zip(mine.jobs, finish):  # streamed segments arrive in pieces from their start on
+            pieces += pieces_of(at - j.work_s, j.work_s, j.audio_s, j.first_fraction, position)
+            position += j.audio_s
         return pieces, self.budget.safety()
 
     async def wait(self, pending: Sequence[str]) -> None:

@@ -86,7 +86,7 @@ class StreamSession:
             preroll = round(1000 * shared)
         else:
             preroll = preroll_ms(self.hub.engine_rate, s, o.speed, texts, 0.0, [self.requested_vocoder()] * len(texts))
-        listener.preroll_told_s = preroll / 1000
+        listener.tell(preroll / 1000)
         return {
             "session": self.id,
             "format": o.format,
