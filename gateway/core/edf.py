@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from .schedule import early_s
+from .schedule import early_s, pieces_of
 
 log = logging.getLogger(__name__)
 
@@ -40,18 +40,39 @@ def job(work_s: float, deadline: float, audio_s: float, first_fraction: float = 
 @dataclass(frozen=True, slots=True)
 class Stream:
     """One reply's remaining segments, in order; the first may start ``release`` s from now
-    (after its own call that is running)."""
+    (after its own call that is running). ``hold_s``: a player that has not started yet, which
+    starts once that much more audio has come (0: at its first audio); its deadlines, planned
+    for a start ``anchor_s`` s from now, move with its real start (None: it plays already)."""
 
     jobs: tuple[Job, ...]
     release: float = 0.0
+    hold_s: float | None = None
+    anchor_s: float = 0.0
 
 
-def edf(streams: Sequence[Stream], free_at: Sequence[float]) -> list[list[float]]:
+def reached(start: float, j: Job, need: float) -> float | None:
+    """When job ``j``, running from ``start``, has delivered ``need`` s of its audio (None: it
+    does not hold that much)."""
+    if need > j.audio_s + 1e-9:
+        return None
+    got = 0.0
+    for at, audio, _ in pieces_of(start, j.work_s, j.audio_s, j.first_fraction, 0.0):
+        got += audio
+        if got >= need - 1e-9:
+            return at
+    return start + j.work_s
+
+
+def play(streams: Sequence[Stream], free_at: Sequence[float]) -> tuple[list[list[float]], list[float]]:
     """Finish times (s from now) of every job of ``streams``: non-preemptive earliest deadline
-    first on ``len(free_at)`` slots (each free from its time on), a stream's jobs in order."""
+    first on ``len(free_at)`` slots (each free from its time on), a stream's jobs in order; and
+    how far each stream's deadlines moved (a player that starts once it holds its preroll starts
+    when that audio comes, earlier or later than planned: the scheduler follows it)."""
     free = sorted(free_at) or [0.0]
     nxt = [0] * len(streams)
     ready = [s.release for s in streams]
+    need = [s.hold_s for s in streams]
+    shift = [0.0] * len(streams)
     done: list[list[float]] = [[] for _ in streams]
     left = sum(len(s.jobs) for s in streams)
     while left:
@@ -61,20 +82,32 @@ def edf(streams: Sequence[Stream], free_at: Sequence[float]) -> list[list[float]
         if not now_ready:
             t = min(ready[i] for i in cands)
             now_ready = [i for i in cands if ready[i] <= t + 1e-6]
-        i = min(now_ready, key=lambda k: (streams[k].jobs[nxt[k]].deadline, k))
-        end = t + streams[i].jobs[nxt[i]].work_s
+        i = min(now_ready, key=lambda k: (streams[k].jobs[nxt[k]].deadline + shift[k], k))
+        j = streams[i].jobs[nxt[i]]
+        end = t + j.work_s
+        if (hold := need[i]) is not None:
+            at = reached(t, j, hold)
+            need[i] = hold - j.audio_s if at is None else None
+            if at is not None or nxt[i] == len(streams[i].jobs) - 1:  # (never: it starts at the end)
+                shift[i] = (at if at is not None else end) - streams[i].anchor_s
         done[i].append(end)
         ready[i] = end
         nxt[i] += 1
         left -= 1
         free[0] = end
         free.sort()
-    return done
+    return done, shift
 
 
-def late(stream: Stream, finish: Sequence[float]) -> float:
-    """How far the latest job of ``stream`` finishes after its deadline (<= 0: none late)."""
-    return max((f - j.early_s - j.deadline for j, f in zip(stream.jobs, finish)), default=-math.inf)
+def edf(streams: Sequence[Stream], free_at: Sequence[float]) -> list[list[float]]:
+    """Finish times of every job of ``streams`` (``play``)."""
+    return play(streams, free_at)[0]
+
+
+def late(stream: Stream, finish: Sequence[float], shift: float = 0.0) -> float:
+    """How far the latest job of ``stream`` finishes after its deadline (moved by ``shift``;
+    <= 0: none late)."""
+    return max((f - j.early_s - j.deadline - shift for j, f in zip(stream.jobs, finish)), default=-math.inf)
 
 
 def newcomer(work: Sequence[float], audio: Sequence[float], start: float, first_fraction: float = 1.0) -> Stream:
@@ -98,14 +131,15 @@ def forecast(others: Sequence[Stream], work: Sequence[float], audio: Sequence[fl
     alone = max(0.0, late(newcomer(work, audio, 0.0, first_fraction), alone_fin))
     if not others and not any(free_at):
         return alone, alone
-    base = [max(0.0, late(s, f)) for s, f in zip(others, edf(others, free_at))]
+    fin0, shift0 = play(others, free_at)
+    base = [max(0.0, late(s, f, d)) for s, f, d in zip(others, fin0, shift0)]
 
     def fits(start: float) -> bool:
         mine = newcomer(work, audio, start, first_fraction)
-        fin = edf([*others, mine], free_at)
+        fin, shift = play([*others, mine], free_at)
         if late(mine, fin[-1]) > 1e-6:
             return False
-        return all(late(s, f) <= b + SLACK_S for s, f, b in zip(others, fin, base))
+        return all(late(s, f, d) <= b + SLACK_S for s, f, d, b in zip(others, fin, shift, base))
 
     lo, hi = alone, alone + sum(work) + sum(sum(j.work_s for j in s.jobs) for s in others) + max(free_at, default=0)
     if fits(lo):

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from .budget import Stream, edf, share_key
-from .edf import job
+from .edf import Job, job, late, play, reached
 from ..config import Settings
 from .options import StreamOptions
 from .margins import needed_stretch, scaled
@@ -103,10 +104,13 @@ class Listener:
             return None
         return self.deadline() + max(0.0, call_audio_s - self.segment_samples / self.sample_rate)
 
-    def stream(self, audio: Sequence[float], now: float, running: float | None, current: bool) -> Stream:
+    def stream(self, audio: Sequence[float], now: float, running: float | None, current: bool,
+               anchored: bool = True) -> Stream:
         """The engine work of segments of ``audio`` s (``audio[0]`` the segment being made when
         ``current``), each due when the listener would run dry without it; ``running``: the
-        compute left in this listener's call on the engine now."""
+        compute left in this listener's call on the engine now. ``anchored``: a player that has
+        not started yet starts once it holds its preroll, whenever that audio comes (``edf.play``);
+        else at the start planned for it."""
         rate, mode = self.engine_rate, self.later_mode()
         if self.budget is not None:
             k, fraction = self.budget.safety(), self.budget.first_fraction(mode)
@@ -120,7 +124,25 @@ class Listener:
             elif a > 0:
                 jobs.append(job(k * rate.predict(mode, a) * left / a, due, left, fraction))
             due += left
+        if anchored and self.live and self.t_play is None and not self.options.buffered_s:
+            first = job(k * rate.predict(mode, audio[0]), 0.0, audio[0], fraction) if audio else None
+            return self._anchored(tuple(jobs), release, now, first if current and running is not None else None)
         return Stream(tuple(jobs), release)
+
+    def _anchored(self, jobs: tuple[Job, ...], release: float, now: float, running: Job | None) -> Stream:
+        """``jobs`` of a player that has not started: it starts once it holds the preroll it was
+        told. Where the call on the engine now (``running``, ending at ``release``) brings that
+        much, the start is known: the deadlines move to it; else ``edf.play`` finds it."""
+        made = self.samples / self.sample_rate
+        anchor, need = self.deadline() - now - made, max(0.0, self.preroll_told_s - made)
+        if running is not None:
+            in_segment = self.segment_samples / self.sample_rate
+            at = reached(release - running.work_s, running, need + in_segment)
+            if at is not None:
+                shift = max(0.0, at) - anchor
+                return Stream(tuple(replace(j, deadline=j.deadline + shift) for j in jobs), release)
+            need = max(0.0, need - max(0.0, running.audio_s - in_segment))
+        return Stream(jobs, release, need, anchor)
 
     def audio_of(self, texts: Sequence[str]) -> list[float]:
         return [self.engine_rate.audio_s(t, self.options.speed) for t in texts]
@@ -222,13 +244,23 @@ class Listener:
         others, free = self.budget.streams(exclude=self, key=key)
         if not others and not any(free):
             return None
-        mine = self.stream(self.audio_of(texts), self.clock(), None, current=False)
-        finish = edf([*others, mine], free or [0.0])[-1]
-        pieces: list[tuple[float, float, float]] = []
-        position = 0.0
-        for j, at in zip(mine.jobs, finish):  # streamed segments arrive in pieces from their start on
-            pieces += pieces_of(at - j.work_s, j.work_s, j.audio_s, j.first_fraction, position)
-            position += j.audio_s
+        now, free = self.clock(), free or [0.0]
+        mine = self.stream(self.audio_of(texts), now, None, current=False, anchored=False)
+        pieces = _pieces(mine, edf([*others, mine], free)[-1])
+        if self.t_play is None and not o.buffered_s:  # the player starts once it holds the preroll,
+            # whenever that comes, and the scheduler follows: the smallest hold gapless then
+            held = self.buffered_s()
+            anchor = self.deadline() - now - held
+            for _ in range(8):
+                hold = preroll_from(pieces, held)
+                stream = replace(mine, hold_s=max(0.0, hold - held), anchor_s=anchor)
+                finish, shift = play([*others, stream], free)
+                if late(stream, finish[-1], shift[-1]) <= 1e-3:
+                    break
+                later = _pieces(mine, finish[-1])
+                if preroll_from(later, held) <= hold + 1e-3:
+                    break
+                pieces = later
         return pieces, self.budget.safety()
 
     async def wait(self, pending: Sequence[str]) -> None:
@@ -243,3 +275,14 @@ class Listener:
         excess = self.buffered_s() - horizon - rate.safety(self.settings.preroll_safety) * need
         if excess > 0:
             await asyncio.sleep(excess)
+
+
+def _pieces(stream: Stream, finish: Sequence[float]) -> list[tuple[float, float, float]]:
+    """(arrival, audio, playback position) of ``stream``'s audio, its jobs ending at ``finish``
+    (a streamed segment arrives in pieces from its call's start on)."""
+    pieces: list[tuple[float, float, float]] = []
+    position = 0.0
+    for j, at in zip(stream.jobs, finish):
+        pieces += pieces_of(at - j.work_s, j.work_s, j.audio_s, j.first_fraction, position)
+        position += j.audio_s
+    return pieces
