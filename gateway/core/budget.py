@@ -116,17 +116,25 @@ class Budget:
         self.enabled = True  # off: everyone is admitted at once (the model container)
         self.members: list[Member] = []
         self.queue: list[object] = []  # tickets of members waiting, first come first
+        self.expected: list[Member] = []  # sessions told to wait, from their verdict until they enter
         self._changed = asyncio.Event()
 
     # -- the state ------------------------------------------------------------------------
     def add(self, member: Member) -> None:
         if member not in self.members:
             self.members.append(member)
+        self.expected = [m for m in self.expected if m is not member]
         self.changed()
+
+    def expect(self, member: Member) -> None:
+        """A session told to wait: its work is ahead of every later newcomer's until it enters."""
+        if member not in self.expected:
+            self.expected.append(member)
 
     def remove(self, member: Member) -> None:
         if member in self.members:
             self.members.remove(member)
+        self.expected = [m for m in self.expected if m is not member]
         self.changed()
 
     def changed(self) -> None:
@@ -146,17 +154,19 @@ class Budget:
         never makes anyone wait."""
         return min(self.scheduler.slots, len(self.members) + len(self.scheduler.running) + 1)
 
-    def streams(self, exclude: object = None, key: ShareKey | None = None) -> tuple[list[Stream], list[float]]:
+    def streams(self, exclude: object = None, key: ShareKey | None = None,
+                queued: bool = False) -> tuple[list[Stream], list[float]]:
         """Every member's remaining work now, and when each slot is free. Members sharing
         their synthesis count once; ``exclude`` (a member or its listener) and the members it
-        shares with, or that share ``key``, are left out."""
+        shares with, or that share ``key``, are left out. ``queued``: the sessions waiting in the
+        queue count too (all of them are ahead of a newcomer)."""
         now = self.clock()
         if key is None and exclude is not None:
             key = next((_key_of(m) for m in self.members if exclude in (m, getattr(m, "listener", m))), None)
         counted: list[ShareKey | None] = [key]
         left_out: set[int] = set()  # listeners whose work is the one left out's own
         members = []
-        for m in self.members:
+        for m in [*self.members, *(self.expected if queued else ())]:
             listener, mine = getattr(m, "listener", m), _key_of(m)
             if (exclude is not None and exclude in (m, listener)) or any(shares(mine, k) for k in counted):
                 left_out.add(id(listener))  # left out, or its work is a twin's
@@ -228,13 +238,13 @@ class Budget:
         return 1.0 if mode == VocoderMode.FROZEN_FIRST else self.engine_rate.first_fraction(mode)
 
     def verdict(self, audio: Sequence[float], mode: str | None, exclude: object = None,
-                key: ShareKey | None = None) -> Verdict:
+                key: ShareKey | None = None, queued: bool = False) -> Verdict:
         """Start forecast for a reply of ``audio`` segments; one that shares its synthesis with
         an admitted reply (``key``) starts with it and adds no work."""
         if (twin := self.twin_start(key)) is not None:
             return Verdict(twin, twin, 0.0)
         work, seg_audio = self.plan(audio, mode)
-        others, free = self.streams(exclude) if self.contended() else ([], [0.0])
+        others, free = self.streams(exclude, queued=queued) if self.contended() else ([], [0.0])
         start, alone = forecast(others, work, seg_audio, free, self.first_fraction(mode))
         limit = max(self.max_start_s, alone)
         return Verdict(start, alone, 0.0 if start <= limit + 1e-6 else start - limit)
@@ -246,7 +256,7 @@ class Budget:
         cache on: "Play both") adds no engine work: the hub synthesizes it once for both."""
         if not self.enabled:
             return ADMIT
-        v = self.verdict(audio, mode, key=key)
+        v = self.verdict(audio, mode, key=key, queued=True)  # behind those already waiting
         if v.wait_s == 0.0 and (not self.queue or self.twin_start(key) is not None):  # a twin adds no work
             return v
         wait = v.wait_s if v.wait_s > 0 else self.max_start_s  # behind the queue: at least one turn

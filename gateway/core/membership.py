@@ -50,9 +50,13 @@ class BudgetMember:
         """The budget's verdict on the session this reply opens: admitted now (a member from
         here on, its ``planned`` segments, shared on ``key``, counted until its text comes) or queued."""
         self.verdict, self.planned, self.planned_key = verdict, planned, key
-        if verdict.wait_s == 0.0 and self.listener.live:
-            self.listener.promised_start = self.listener.clock() + min(verdict.start_s, self.settings.lookahead_s)
+        if not self.listener.live:
+            return
+        self.listener.promised_start = self.listener.clock() + min(verdict.start_s, self.settings.lookahead_s)
+        if verdict.wait_s == 0.0:
             self.hub.budget.add(self)
+        else:
+            self.hub.budget.expect(self)  # its work counts for newcomers behind it
 
     async def enter_budget(self) -> None:
         """Join the engine's admitted listeners: at once, or after the queue (``ready.queued_ms``)."""
