@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
-from .schedule import early_s, pieces_of
+from .schedule import early_s, pieces_of, preroll_from
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +110,17 @@ def late(stream: Stream, finish: Sequence[float], shift: float = 0.0) -> float:
     return max((f - j.early_s - j.deadline - shift for j, f in zip(stream.jobs, finish)), default=-math.inf)
 
 
+def pieces(stream: Stream, finish: Sequence[float]) -> list[tuple[float, float, float]]:
+    """(arrival, audio, playback position) of ``stream``'s audio, its jobs ending at ``finish``
+    (a streamed segment arrives in pieces from its call's start on)."""
+    out: list[tuple[float, float, float]] = []
+    position = 0.0
+    for j, at in zip(stream.jobs, finish):
+        out += pieces_of(at - j.work_s, j.work_s, j.audio_s, j.first_fraction, position)
+        position += j.audio_s
+    return out
+
+
 def newcomer(work: Sequence[float], audio: Sequence[float], start: float, first_fraction: float = 1.0) -> Stream:
     """A reply that starts playing ``start`` s from now: segment k is due then plus the audio
     before it (each streamed from ``first_fraction`` of its time on, or whole at its end)."""
@@ -138,6 +149,11 @@ def forecast(others: Sequence[Stream], work: Sequence[float], audio: Sequence[fl
         mine = newcomer(work, audio, start, first_fraction)
         fin, shift = play([*others, mine], free_at)
         if late(mine, fin[-1]) > 1e-6:
+            return False
+        # its player starts once it holds the preroll this plan gives, whenever that comes
+        mine = replace(mine, hold_s=preroll_from(pieces(mine, fin[-1])), anchor_s=start)
+        fin, shift = play([*others, mine], free_at)
+        if late(mine, fin[-1], shift[-1]) > 1e-3:
             return False
         return all(late(s, f, d) <= b + SLACK_S for s, f, d, b in zip(others, fin, shift, base))
 

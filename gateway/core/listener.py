@@ -20,12 +20,12 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from .budget import Stream, edf, share_key
-from .edf import Job, job, late, play, reached
+from .budget import Stream, share_key
+from .edf import SLACK_S, Job, job, late, pieces, play, reached
 from ..config import Settings
 from .options import StreamOptions
 from .margins import needed_stretch, scaled
-from .schedule import forecast, pieces_of, preroll_from, preroll_s
+from .schedule import forecast, preroll_from, preroll_s
 from .engine_rate import DEFAULT, EngineRate
 from ..kokoro.vocoder.modes import VocoderMode
 
@@ -218,8 +218,8 @@ class Listener:
               mode: str | None) -> tuple[Callable[[float], float], float, str]:
         """The forecast a reply starts with, as the preroll it gives at each stretch."""
         if (shared := self._shared_pieces(texts)) is not None:
-            pieces, k = shared
-            return (lambda s: preroll_from(scaled(pieces, s / k))), self.clock(), SHARED
+            got, k = shared
+            return (lambda s: preroll_from(scaled(got, s / k))), self.clock(), SHARED
         segments = forecast(texts, modes, self.engine_rate, self.options.speed)
         return (lambda s: preroll_s(segments, 0.0, s)), self.clock(), mode or DEFAULT
 
@@ -230,9 +230,9 @@ class Listener:
         shared = self._shared_pieces(texts)
         if shared is None:
             return None
-        pieces, k = shared
+        got, k = shared
         learned = self.engine_rate.margins.factor(SHARED)  # (never under the budget's own: its promises)
-        return preroll_from(scaled(pieces, learned / k) if learned and learned > k else pieces, self.buffered_s())
+        return preroll_from(scaled(got, learned / k) if learned and learned > k else got, self.buffered_s())
 
     def _shared_pieces(self, texts: Sequence[str]) -> tuple[list[tuple[float, float, float]], float] | None:
         """(arrival, audio, position) of this reply's segments where the scheduler will serve
@@ -246,22 +246,26 @@ class Listener:
             return None
         now, free = self.clock(), free or [0.0]
         mine = self.stream(self.audio_of(texts), now, None, current=False, anchored=False)
-        pieces = _pieces(mine, edf([*others, mine], free)[-1])
+        finish, shift = play([*others, mine], free)
+        got = pieces(mine, finish[-1])
         if self.t_play is None and not o.buffered_s:  # the player starts once it holds the preroll,
-            # whenever that comes, and the scheduler follows: the smallest hold gapless then
+            # whenever that comes, and the scheduler follows: the smallest hold that keeps it
+            # gapless and the others no later than its planned start does
+            base = [late(s, f, d) for s, f, d in zip(others, finish, shift)]
             held = self.buffered_s()
             anchor = self.deadline() - now - held
             for _ in range(8):
-                hold = preroll_from(pieces, held)
+                hold = preroll_from(got, held)
                 stream = replace(mine, hold_s=max(0.0, hold - held), anchor_s=anchor)
                 finish, shift = play([*others, stream], free)
-                if late(stream, finish[-1], shift[-1]) <= 1e-3:
+                if late(stream, finish[-1], shift[-1]) <= 1e-3 and all(
+                        late(s, f, d) <= max(b, 0.0) + SLACK_S for s, f, d, b in zip(others, finish, shift, base)):
                     break
-                later = _pieces(mine, finish[-1])
+                later = pieces(mine, finish[-1])
                 if preroll_from(later, held) <= hold + 1e-3:
-                    break
-                pieces = later
-        return pieces, self.budget.safety()
+                    later = [(at + 0.25, audio, pos) for at, audio, pos in got]  # others: hold longer
+                got = later
+        return got, self.budget.safety()
 
     async def wait(self, pending: Sequence[str]) -> None:
         """Far enough ahead of the listener (``lookahead_s`` beyond what the next segments are
@@ -276,13 +280,3 @@ class Listener:
         if excess > 0:
             await asyncio.sleep(excess)
 
-
-def _pieces(stream: Stream, finish: Sequence[float]) -> list[tuple[float, float, float]]:
-    """(arrival, audio, playback position) of ``stream``'s audio, its jobs ending at ``finish``
-    (a streamed segment arrives in pieces from its call's start on)."""
-    pieces: list[tuple[float, float, float]] = []
-    position = 0.0
-    for j, at in zip(stream.jobs, finish):
-        pieces += pieces_of(at - j.work_s, j.work_s, j.audio_s, j.first_fraction, position)
-        position += j.audio_s
-    return pieces
