@@ -126,3 +126,46 @@ def test_a_newcomer_waits_behind_the_sessions_queued_before_it() -> None:
     budget.expect(Fixed([(1.0, alone.start_s + 2.0 * k) for k in range(5)]))  # told to wait
     behind = budget.admit([2.0] * 5, None)
     assert behind.wait_s > alone.wait_s > 0
+
+
+def test_a_reply_whose_text_streams_in_is_budgeted_at_least_as_a_nominal_reply_until_it_ends() -> None:
+    """A WebSocket that sends its text after ``start`` (an agent's tokens): admitted as a nominal
+    reply, then forecast from its text as it comes, never below the nominal reply while more
+    can come. Before, one sentence in it counted as one sentence of work, a listener admitted
+    beside it took the engine, and the reply, growing, ran dry (1.3 s at RTF 0.6)."""
+    from gateway.core.budget import TYPICAL_AUDIO_S
+    from gateway.core.options import parse_options
+    from gateway.core.stream import StreamSession
+
+    async def budgeted() -> tuple[float, float, float]:
+        engine = Engine(sim_settings(0.43, 100))
+        options = parse_options({"format": "pcm", "cache": False}, engine.settings, engine.engine)
+        session = StreamSession(engine.engine, options, engine.settings, hub=engine.hub)
+        session.admit()
+        budget = engine.hub.budget
+
+        def work_audio() -> float:
+            return sum(j.audio_s for s in budget.streams()[0] for j in s.jobs)
+
+        nominal = work_audio()
+        session.push_text("Hello there, this is the first sentence. ")
+        opened = work_audio()
+        session.end()
+        ended = work_audio()
+        await session.aclose()
+        return nominal, opened, ended
+
+    nominal, opened, ended = run_virtual(budgeted)
+    assert nominal == pytest.approx(TYPICAL_AUDIO_S)
+    assert opened == pytest.approx(TYPICAL_AUDIO_S)  # one sentence known, more to come
+    assert 0 < ended < 4.0  # its input ended: its text alone
+
+    async def token_client_and_a_latecomer() -> list[Heard]:
+        engine = Engine(sim_settings(0.6, 100))
+        await engine.warm()
+        return list(await asyncio.gather(
+            engine.listen(paragraph(0) + " " + paragraph(5), later=True, token_s=0.06),
+            engine.listen(paragraph(1), delay_s=1.2)))
+
+    heard = run_virtual(token_client_and_a_latecomer)
+    assert [h.stalls for h in heard] == [0, 0], heard

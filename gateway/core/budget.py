@@ -43,7 +43,8 @@ if TYPE_CHECKING:
     from .scheduler import EngineScheduler
     from .engine_rate import EngineRate
 
-__all__ = ["ADMIT", "Budget", "Job", "Member", "Stream", "Verdict", "edf", "late", "newcomer", "planned"]
+__all__ = ["ADMIT", "Budget", "Job", "Member", "Stream", "Verdict", "edf", "late", "newcomer", "planned",
+           "still_open"]
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,19 @@ def planned(audio: Sequence[float]) -> list[float]:
         return list(audio)
     n = max(1, round(TYPICAL_AUDIO_S / SEGMENT_S))
     return [TYPICAL_AUDIO_S / n] * n
+
+
+def still_open(audio: Sequence[float], made_s: float = 0.0) -> list[float]:
+    """A reply whose input is still coming (``text`` messages, an agent's tokens): the segments
+    known so far (``audio``, after ``made_s`` already made), then as much of the nominal reply
+    as they do not cover yet. Counted at its text alone, a reply that streams in looked small
+    while others were admitted beside it, then grew and made someone stall."""
+    out = list(audio)
+    rest = TYPICAL_AUDIO_S - made_s - sum(out)
+    while rest > 1e-6:
+        out.append(min(SEGMENT_S, rest))
+        rest -= SEGMENT_S
+    return out
 
 
 class Budget:

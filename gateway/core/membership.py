@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .budget import ADMIT, ShareKey, Stream, Verdict, share_key
+from .budget import ADMIT, ShareKey, Stream, Verdict, share_key, still_open
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -22,6 +22,7 @@ class BudgetMember:
     listener: "Listener"
     settings: "Settings"
     t_input: float | None
+    ended: bool  # no more input will come
     current: str | None  # the segment being synthesized
     planned: list[float]  # audio (s) per segment the budget admitted it for
     verdict: Verdict | None  # the budget's, for a reply that opens a session
@@ -40,11 +41,20 @@ class BudgetMember:
         return share_key(o.voice, o.speed, self.listener.requested, self._forecast_texts(self.current), o.cache)
 
     def stream(self, now: float, running: float | None) -> Stream:
-        """The engine work this reply still needs; before any input, the reply it was admitted for."""
+        """The engine work this reply still needs; before any input, the reply it was admitted
+        for; while its input is open, its text so far and at least the nominal reply (``still_open``)."""
         if self.t_input is None and self.planned:
             return self.listener.stream(self.planned, now, None, current=False)
-        audio = self.listener.audio_of(self._forecast_texts(self.current))
-        return self.listener.stream(audio, now, running, current=self.current is not None)
+        return self.listener.stream(self.forecast_audio(), now, running, current=self.current is not None)
+
+    def forecast_audio(self, current: bool = True) -> list[float]:
+        """Audio (s) of the segments still to make (the one being made first, when ``current``)."""
+        listener = self.listener
+        audio = listener.audio_of(self._forecast_texts(self.current if current else None))
+        if self.ended:
+            return audio
+        before = (listener.samples - (listener.segment_samples if current and self.current else 0)) / listener.sample_rate
+        return still_open(audio, before)
 
     def admitted(self, verdict: Verdict, planned: list[float], key: ShareKey | None = None) -> None:
         """The budget's verdict on the session this reply opens: admitted now (a member from
@@ -63,7 +73,7 @@ class BudgetMember:
         budget, listener = self.hub.budget, self.listener
         if not listener.live or self in budget.members:
             return
-        audio = lambda: listener.audio_of(self._forecast_texts(None))  # noqa: E731
+        audio = lambda: self.forecast_audio(current=False)  # noqa: E731
         await budget.enter(self, audio, listener.requested, self.verdict or ADMIT)
         if self.verdict is not None:  # it waited: the start forecast now
             start = budget.verdict(audio(), listener.requested, self).start_s
