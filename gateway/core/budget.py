@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
-from .edf import HORIZON_S, Job, Stream, edf, forecast, late, newcomer
+from .edf import HORIZON_S, SEGMENT_S, TYPICAL_AUDIO_S, Job, Stream, edf, forecast, late, newcomer, planned, still_open
 from ..errors import Overloaded
 from ..kokoro.vocoder.modes import VocoderMode
 
@@ -43,13 +43,11 @@ if TYPE_CHECKING:
     from .scheduler import EngineScheduler
     from .engine_rate import EngineRate
 
-__all__ = ["ADMIT", "Budget", "Job", "Member", "Stream", "Verdict", "edf", "late", "newcomer", "planned",
-           "still_open"]
+__all__ = ["ADMIT", "SEGMENT_S", "TYPICAL_AUDIO_S", "Budget", "Job", "Member", "Stream", "Verdict", "edf", "late",
+           "newcomer", "planned", "still_open"]
 
 log = logging.getLogger(__name__)
 
-TYPICAL_AUDIO_S = 8.0  # a reply whose text is not known yet (a WebSocket before its text)
-SEGMENT_S = 3.0  # ... cut into segments of about this much audio
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,27 +92,6 @@ class Member(Protocol):
         """The work still to do; ``running``: the compute left in this member's call that is
         running now (None when it has none running)."""
         ...
-
-
-def planned(audio: Sequence[float]) -> list[float]:
-    """``audio`` itself, or a nominal reply's segments when it is not known yet."""
-    if audio:
-        return list(audio)
-    n = max(1, round(TYPICAL_AUDIO_S / SEGMENT_S))
-    return [TYPICAL_AUDIO_S / n] * n
-
-
-def still_open(audio: Sequence[float], made_s: float = 0.0) -> list[float]:
-    """A reply whose input is still coming (``text`` messages, an agent's tokens): the segments
-    known so far (``audio``, after ``made_s`` already made), then as much of the nominal reply
-    as they do not cover yet. Counted at its text alone, a reply that streams in looked small
-    while others were admitted beside it, then grew and made someone stall."""
-    out = list(audio)
-    rest = TYPICAL_AUDIO_S - made_s - sum(out)
-    while rest > 1e-6:
-        out.append(min(SEGMENT_S, rest))
-        rest -= SEGMENT_S
-    return out
 
 
 class Budget:

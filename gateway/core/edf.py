@@ -16,6 +16,8 @@ from .schedule import early_s, pieces_of, preroll_from
 log = logging.getLogger(__name__)
 
 HORIZON_S = 600.0  # no forecast looks further ahead than this
+TYPICAL_AUDIO_S = 8.0  # a reply whose text is not known yet (a WebSocket before its text)
+SEGMENT_S = 3.0  # ... cut into segments of about this much audio
 SLACK_S = 0.02  # an admitted listener may be this much later than without the newcomer (a payload's jitter)
 
 
@@ -171,3 +173,24 @@ def forecast(others: Sequence[Stream], work: Sequence[float], audio: Sequence[fl
         if hi - lo < 0.01:
             break
     return hi, alone
+
+
+def planned(audio: Sequence[float]) -> list[float]:
+    """``audio`` itself, or a nominal reply's segments when it is not known yet."""
+    if audio:
+        return list(audio)
+    n = max(1, round(TYPICAL_AUDIO_S / SEGMENT_S))
+    return [TYPICAL_AUDIO_S / n] * n
+
+
+def still_open(audio: Sequence[float], made_s: float = 0.0) -> list[float]:
+    """A reply whose input is still coming (``text`` messages, an agent's tokens): the segments
+    known so far (``audio``, after ``made_s`` already made), then as much of the nominal reply
+    as they do not cover yet. Counted at its text alone, a reply that streams in looked small
+    while others were admitted beside it, then grew and made someone stall."""
+    out = list(audio)
+    rest = TYPICAL_AUDIO_S - made_s - sum(out)
+    while rest > 1e-6:
+        out.append(min(SEGMENT_S, rest))
+        rest -= SEGMENT_S
+    return out

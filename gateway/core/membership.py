@@ -53,8 +53,8 @@ class BudgetMember:
         audio = listener.audio_of(self._forecast_texts(self.current if current else None))
         if self.ended:
             return audio
-        before = (listener.samples - (listener.segment_samples if current and self.current else 0)) / listener.sample_rate
-        return still_open(audio, before)
+        made = listener.samples - (listener.segment_samples if current and self.current else 0)
+        return still_open(audio, made / listener.sample_rate)
 
     def admitted(self, verdict: Verdict, planned: list[float], key: ShareKey | None = None) -> None:
         """The budget's verdict on the session this reply opens: admitted now (a member from
