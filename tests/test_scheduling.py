@@ -46,7 +46,7 @@ def test_no_admitted_listener_stalls_and_none_waits_to_be_refused(chunk_ms: int)
         played = [h for h in heard if h.outcome in ("admitted", "queued")]
         assert played, n
         assert all(h.stalls == 0 for h in played), (n, heard)
-        assert not any(h.outcome == "timed out" for h in heard), (n, heard)  # refused at once instead
+        assert not any(h.outcome == "refused late" for h in heard), (n, heard)  # refused at once instead
         refused = [h for h in heard if h.outcome == "refused"]
         assert all(h.retry_after and h.retry_after >= 1 for h in refused)
 
@@ -169,3 +169,23 @@ def test_a_reply_whose_text_streams_in_is_budgeted_at_least_as_a_nominal_reply_u
 
     heard = run_virtual(token_client_and_a_latecomer)
     assert [h.stalls for h in heard] == [0, 0], heard
+
+
+def test_text_after_start_on_a_booked_engine_is_decided_on_its_text() -> None:
+    """A WebSocket that sends its text after ``start`` on an engine too busy for a nominal reply
+    is not refused for work it may not add: the twin of an admitted reply ("Play both" from a
+    client that sends text later) plays with it; a reply of its own is refused on its text
+    (``error overloaded`` with ``retry_after``)."""
+    async def main() -> list[Heard]:
+        engine = Engine(sim_settings(0.8, 100, cache_mb=64.0))
+        await engine.warm()
+        text = paragraph(2) + " " + paragraph(3)
+        return list(await asyncio.gather(engine.listen(text, cache=True),
+                                         engine.listen(text, later=True, cache=True),
+                                         engine.listen(paragraph(4), later=True, delay_s=0.01)))
+
+    first, twin, other = run_virtual(main)
+    assert first.outcome == "admitted" and first.stalls == 0
+    assert twin.ready.get("admission") == "on_text"
+    assert twin.stalls == 0 and twin.start_s == pytest.approx(first.start_s, abs=0.05)
+    assert other.outcome == "refused late" and other.retry_after and other.retry_after >= 1

@@ -240,14 +240,15 @@ class Budget:
         limit = max(self.max_start_s, alone)
         return Verdict(start, alone, 0.0 if start <= limit + 1e-6 else start - limit)
 
-    def admit(self, audio: Sequence[float], mode: str | None, key: ShareKey | None = None) -> Verdict:
+    def admit(self, audio: Sequence[float], mode: str | None, key: ShareKey | None = None,
+              exclude: object = None) -> Verdict:
         """The verdict for a new session (``audio``: its segments' forecast audio; empty: not
         known yet, a nominal reply), or ``Overloaded`` when it must be refused. A session whose
         ``key`` an admitted member shares (the same text, voice, speed and vocoder mode, the
         cache on: "Play both") adds no engine work: the hub synthesizes it once for both."""
         if not self.enabled:
             return ADMIT
-        v = self.verdict(audio, mode, key=key, queued=True)  # behind those already waiting
+        v = self.verdict(audio, mode, exclude, key, queued=True)  # behind those already waiting
         if v.wait_s == 0.0 and (not self.queue or self.twin_start(key) is not None):  # a twin adds no work
             return v
         wait = v.wait_s if v.wait_s > 0 else self.max_start_s  # behind the queue: at least one turn

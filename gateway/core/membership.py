@@ -28,6 +28,7 @@ class BudgetMember:
     verdict: Verdict | None  # the budget's, for a reply that opens a session
     planned_key: ShareKey | None  # the share key of the text it was admitted with
     options: "StreamOptions"
+    deferred = False  # admitted on a nominal reply it would not fit: decided on its first text
 
     def _forecast_texts(self, current: str | None) -> list[str]:
         raise NotImplementedError
@@ -56,10 +57,14 @@ class BudgetMember:
         made = listener.samples - (listener.segment_samples if current and self.current else 0)
         return still_open(audio, made / listener.sample_rate)
 
-    def admitted(self, verdict: Verdict, planned: list[float], key: ShareKey | None = None) -> None:
+    def admitted(self, verdict: Verdict, planned: list[float], key: ShareKey | None = None,
+                 deferred: bool = False) -> None:
         """The budget's verdict on the session this reply opens: admitted now (a member from
-        here on, its ``planned`` segments, shared on ``key``, counted until its text comes) or queued."""
+        here on, its ``planned`` segments, shared on ``key``, counted until its text comes) or
+        queued; ``deferred``: its text comes later and the nominal reply would be refused, so
+        the verdict waits for that text (a twin of an admitted reply adds no work)."""
         self.verdict, self.planned, self.planned_key = verdict, planned, key
+        self.deferred = deferred
         if not self.listener.live:
             return
         self.listener.promised_start = self.listener.clock() + min(verdict.start_s, self.settings.lookahead_s)
@@ -74,6 +79,9 @@ class BudgetMember:
         if not listener.live or self in budget.members:
             return
         audio = lambda: self.forecast_audio(current=False)  # noqa: E731
+        if self.deferred:  # now on its text: admitted, queued, or Overloaded (error, close 1013)
+            self.deferred = False
+            self.verdict = budget.admit(audio(), listener.requested, self.share_key(), exclude=self)
         await budget.enter(self, audio, listener.requested, self.verdict or ADMIT)
         if self.verdict is not None:  # it waited: the start forecast now
             start = budget.verdict(audio(), listener.requested, self).start_s

@@ -28,7 +28,7 @@ BAR_FACTOR, BAR_S = 1.3, 0.3  # the issue's bar: a start at most 1.3 x its oracl
 class Heard:
     """One listener's outcome, times in seconds from its request."""
 
-    outcome: str  # admitted | queued | refused | timed out (queued, then refused)
+    outcome: str  # admitted | queued | refused | refused late (error overloaded after ready)
     ready: dict[str, Any] = field(default_factory=dict)
     retry_after: float | None = None
     start_s: float | None = None
@@ -65,12 +65,13 @@ class Engine:
         await self.listen(text)
 
     async def listen(self, text: str, *, delay_s: float = 0.0, later: bool = False,
-                     token_s: float = 0.0) -> Heard:
+                     token_s: float = 0.0, cache: bool = False) -> Heard:
         """A listener asking for ``text`` after ``delay_s``; ``later``: the text comes after
-        ``ready`` (a WebSocket's ``text`` messages), a word every ``token_s``."""
+        ``ready`` (a WebSocket's ``text`` messages), a word every ``token_s``; ``cache``: it may
+        share identical segments' synthesis (the demo's "Play both")."""
         loop = asyncio.get_running_loop()
         await asyncio.sleep(delay_s)
-        fields = {"format": "pcm", "cache": False, **({} if later else {"text": text})}
+        fields = {"format": "pcm", "cache": cache, **({} if later else {"text": text})}
         session = StreamSession(self.engine, parse_options(fields, self.settings, self.engine), self.settings,
                                 hub=self.hub)
         t0 = loop.time()
@@ -94,7 +95,7 @@ class Engine:
                 elif event.type == "error":
                     if event.fields.get("code") != "overloaded":
                         raise RuntimeError(f"the session failed: {event.fields}")
-                    return Heard("timed out", ready, retry_after=event.fields.get("retry_after"))
+                    return Heard("refused late", ready, retry_after=event.fields.get("retry_after"))
         finally:
             await feeder
             await session.aclose()
