@@ -9,6 +9,7 @@ how long anything took.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -23,7 +24,7 @@ from .support.virtual_time import run_virtual
 from .test_budget import Clock, Fixed, steady_rate
 
 
-def rounds(rtf: float, chunk_ms: int, max_n: int, **listen: object) -> list[list[Heard]]:
+def rounds(rtf: float, chunk_ms: int, max_n: int, **listen: Any) -> list[list[Heard]]:
     """``bench listeners`` on virtual time: a warm-up, then N = 1..max_n listeners at once."""
     async def main() -> list[list[Heard]]:
         engine = Engine(sim_settings(rtf, chunk_ms))
