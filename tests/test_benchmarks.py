@@ -236,6 +236,7 @@ def test_playback_bench_on_fake(tmp_path: Path) -> None:
             assert r["batch_ms"] >= 0.3 * r["audio_s"] * 1000 * 0.95  # paced at RTF 0.3
             continue
         assert 0 < r["first_audio_ms"] <= r["start_ms"] < r["end_ms"]
+        assert r["first_audio_ms"] <= r["oracle_ms"] <= r["end_ms"]
         assert r["stalls"] >= 0 and r["stall_ms"] >= 0 and len(r["gaps_ms"]) == r["stalls"]
         assert r["end_ms"] == pytest.approx(r["start_ms"] + r["audio_s"] * 1000 + r["stall_ms"], abs=1.0)
         assert r["start_vs_batch"] > 0

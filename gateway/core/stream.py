@@ -13,15 +13,16 @@ each segment's vocoder mode, the look-ahead and the ``preroll_ms`` sent to playe
 from __future__ import annotations
 
 import asyncio
+import math
 import uuid
 from typing import Any, AsyncIterator
 
 from ..agent import Agent, AgentError
 from .conversation import AGENT_CODES, Conversation, Turn
-from .budget import ADMIT, planned, share_key
+from .budget import ADMIT, Verdict, planned, share_key
 from ..config import Settings
 from ..engines.base import Engine
-from ..errors import BadRequest
+from ..errors import BadRequest, Overloaded
 from .listener import preroll_ms
 from ..metrics import Metrics
 from .options import StreamOptions
@@ -75,7 +76,15 @@ class StreamSession:
         o, texts, mode = self.options, self._texts(), self.requested_vocoder()
         audio = planned([self.hub.engine_rate.audio_s(t, o.speed) for t in texts])
         key = share_key(o.voice, o.speed, mode, texts, o.cache)  # "Play both": one reply's work
-        self.pipeline.admitted(self.hub.budget.admit(audio, mode, key), audio, key)
+        try:
+            verdict, deferred = self.hub.budget.admit(audio, mode, key), False
+        except Overloaded as exc:
+            if texts or o.prompt.strip():
+                raise
+            # its text comes after `start`: a nominal reply does not fit, its own text may (or
+            # it may be a twin of an admitted reply): decided when that text comes
+            verdict, deferred = Verdict(math.inf, math.inf, exc.retry_after), True
+        self.pipeline.admitted(verdict, audio, key, deferred)
 
     def ready_fields(self) -> dict[str, Any]:
         o, s = self.options, self.settings
@@ -86,7 +95,7 @@ class StreamSession:
             preroll = round(1000 * shared)
         else:
             preroll = preroll_ms(self.hub.engine_rate, s, o.speed, texts, 0.0, [self.requested_vocoder()] * len(texts))
-        listener.preroll_told_s = preroll / 1000
+        listener.tell(preroll / 1000)
         return {
             "session": self.id,
             "format": o.format,
@@ -99,6 +108,7 @@ class StreamSession:
             "vocoder": self.requested_vocoder(),
             "preroll_ms": preroll,
             **(self.pipeline.verdict or ADMIT).to_fields(),  # queued_ms: the forecast wait
+            **({"admission": "on_text"} if self.pipeline.deferred else {}),  # decided on its first text
             "cache": o.cache,
             "agent": self.agent.label if self.agent is not None else None,
         }

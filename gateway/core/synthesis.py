@@ -31,7 +31,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from typing import AsyncGenerator, AsyncIterator, Protocol
+from typing import AsyncGenerator, AsyncIterator, Callable, Protocol
 
 from .budget import Budget
 from ..config import Settings
@@ -72,16 +72,18 @@ class Flight:
         self._loop = asyncio.get_running_loop()
         self._progress = self._loop.time()
         self._watchdog: asyncio.TimerHandle | None = None
-        deadline, owner = slot if slot is not None else (time.perf_counter(), None)
+        deadline, owner = slot if slot is not None else (hub.clock(), None)
         work = hub.engine_rate.predict(mode, hub.engine_rate.audio_s(text, speed))
         self.task = asyncio.create_task(self._scheduled(text, voice, speed, mode, buffered_s, deadline, work, owner))
 
     async def _scheduled(self, text: str, voice: str, speed: float, mode: str | None, buffered_s: float,
                          deadline: float, work: float, owner: object | None) -> None:
         try:
-            async with self.hub.scheduler.slot(deadline, work, owner):
+            async with self.hub.scheduler.slot(deadline, work, owner) as call:
                 self._progress = self._loop.time()  # the watchdog counts from the engine's start
                 await self._run(text, voice, speed, mode, buffered_s)
+                if self.error is None and (after := getattr(owner, "next_deadline", None)) is not None:
+                    call.then = after(self.samples / self.hub.engine.sample_rate)  # keeps its slot if first
         finally:
             self.done = True
             self.hub.forget(self)
@@ -93,7 +95,8 @@ class Flight:
         m = hub.metrics
         if m:
             m.inflight.inc()
-        started = time.perf_counter()
+        clock = hub.clock
+        started = clock()
         first: float | None = None
         self._arm()
         try:
@@ -106,11 +109,11 @@ class Flight:
                     if isinstance(pcm, WordTimes):
                         continue
                     if first is None:
-                        first = time.perf_counter() - started
+                        first = clock() - started
                     self.samples += len(pcm) // 2
                     self._progress = self._loop.time()
                     self._wake()
-            wall = time.perf_counter() - started
+            wall = clock() - started
             audio_s = self.samples / hub.engine.sample_rate
             hub.engine_rate.observe(mode, audio_s, wall, first if first is not None else wall,
                                     chars=len(text.strip()), speed=speed)
@@ -131,7 +134,7 @@ class Flight:
             if m:
                 m.inflight.dec()
                 m.segments.inc()
-                m.synth_seconds.observe(time.perf_counter() - started)
+                m.synth_seconds.observe(clock() - started)
 
     # one timer per flight: when it fires early (audio came meanwhile) it moves to the new deadline
     def _arm(self) -> None:
@@ -205,11 +208,12 @@ class SynthesisHub:
 
     def __init__(self, engine: Engine, *, cache_mb: float = 0.0, timeout_s: float = 30.0,
                  metrics: Metrics | None = None, engine_rate: EngineRate | None = None,
-                 settings: Settings | None = None) -> None:
+                 settings: Settings | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
         self.engine, self.metrics, self.timeout_s = engine, metrics, timeout_s
+        self.clock = clock  # every schedule's clock (a test's virtual time: tests/support/virtual_time.py)
         self.engine_rate = engine_rate or EngineRate()
-        self.scheduler = EngineScheduler(engine.max_concurrency)
-        self.budget = Budget(self.engine_rate, self.scheduler, settings or Settings())
+        self.scheduler = EngineScheduler(engine.max_concurrency, clock)
+        self.budget = Budget(self.engine_rate, self.scheduler, settings or Settings(), clock)
         self.cache_limit = int(cache_mb * 1024 * 1024)
         self.cache: OrderedDict[Key, tuple[bytes, tuple[WordTimes, ...]]] = OrderedDict()
         self.cache_bytes = 0
