@@ -241,9 +241,10 @@ class Budget:
         return Verdict(start, alone, 0.0 if start <= limit + 1e-6 else start - limit)
 
     def admit(self, audio: Sequence[float], mode: str | None, key: ShareKey | None = None,
-              exclude: object = None) -> Verdict:
+              exclude: object = None, tentative: bool = False) -> Verdict:
         """The verdict for a new session (``audio``: its segments' forecast audio; empty: not
-        known yet, a nominal reply), or ``Overloaded`` when it must be refused. A session whose
+        known yet, a nominal reply), or ``Overloaded`` when it must be refused (``tentative``: the
+        caller decides again later, so the refusal is not logged as one). A session whose
         ``key`` an admitted member shares (the same text, voice, speed and vocoder mode, the
         cache on: "Play both") adds no engine work: the hub synthesizes it once for both."""
         if not self.enabled:
@@ -254,7 +255,7 @@ class Budget:
         wait = v.wait_s if v.wait_s > 0 else self.max_start_s  # behind the queue: at least one turn
         if wait > self.queue_timeout_s or len(self.queue) >= self.max_queued:
             retry = wait if math.isfinite(wait) else self.queue_timeout_s
-            log.warning("refused a listener: forecast start %.2f s (%.2f s alone), %d listeners, %d queued, "
+            log.log(logging.DEBUG if tentative else logging.WARNING, "refused a listener: forecast start %.2f s (%.2f s alone), %d listeners, %d queued, "
                         "load %.2f", v.start_s, v.alone_s, len(self.members), len(self.queue), self.load())
             raise Overloaded(f"the engine is fully booked: a new listener could start in {retry:.1f} s at the "
                              f"earliest (limit {self.max_start_s:g} s); retry then",

@@ -76,10 +76,11 @@ class StreamSession:
         o, texts, mode = self.options, self._texts(), self.requested_vocoder()
         audio = planned([self.hub.engine_rate.audio_s(t, o.speed) for t in texts])
         key = share_key(o.voice, o.speed, mode, texts, o.cache)  # "Play both": one reply's work
+        final = bool(texts or o.prompt.strip())  # else its text comes after `start`
         try:
-            verdict, deferred = self.hub.budget.admit(audio, mode, key), False
+            verdict, deferred = self.hub.budget.admit(audio, mode, key, tentative=not final), False
         except Overloaded as exc:
-            if texts or o.prompt.strip():
+            if final:
                 raise
             # its text comes after `start`: a nominal reply does not fit, its own text may (or
             # it may be a twin of an admitted reply): decided when that text comes
