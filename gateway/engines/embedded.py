@@ -35,7 +35,7 @@ from ..kokoro.parts import (
 from ..kokoro.onnx_sessions import release_freed_memory
 from ..kokoro.timestamps import SegmentWords, WordTimes
 from ..kokoro.vocoder.chunked import FRAME
-from ..kokoro.vocoder.chunked import MODES as VOCODER_MODES
+from ..kokoro.vocoder.modes import MODES as VOCODER_MODES
 from .base import EngineBase
 from .embedded_vocoder import VocoderHost
 from ..kokoro.onnx_model import MODEL_PARTS, KokoroModel, LoadReport, load_model_bytes
@@ -60,6 +60,7 @@ class EmbeddedSettings:
     vocoder: str  # frozen-first, frozen, exact, or off
     vocoder_cache: str
     vocoder_exact_below_s: float
+    vocoder_batch_rest: bool
     precision: str  # int8 (as shipped), fp32 or fp16: gateway.kokoro.floatgraph
     provider: str  # cpu or cuda (onnxruntime-gpu)
 
@@ -101,7 +102,8 @@ class EmbeddedEngine(EngineBase):
         self.max_concurrency = o.workers
         self.calls = 0  # inference calls started: lets tests see cancelled work stop
         self.load_report: LoadReport | None = None
-        self.host = VocoderHost(o.vocoder, o.vocoder_exact_below_s, o.threads, o.vocoder_cache)
+        self.host = VocoderHost(o.vocoder, o.vocoder_exact_below_s, o.threads, o.vocoder_cache,
+                                batch_rest=o.vocoder_batch_rest)
         self._model: KokoroModel | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._slots: asyncio.Semaphore | None = None

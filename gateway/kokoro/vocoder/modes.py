@@ -16,3 +16,8 @@ class VocoderMode(StrEnum):
 
 
 MODES: tuple[VocoderMode, ...] = tuple(VocoderMode)
+
+
+def check_mode(mode: str) -> None:
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}")
