@@ -5,7 +5,8 @@
 (``fixed_ms`` plus ``rtf`` x 25 ms a generator frame), so the same segments can be replayed at
 the speed of a quiet machine and of a loaded one, deterministically. Per policy and speed:
 generator frames and calls against one exact call over the segment (the whole model's vocoder
-work), the time to the first chunk, and the stalls of a real-time player that starts at it.
+work), the time to the first chunk, and the stalls of a real-time player that starts at it;
+then the segments as one reply (``reply``): the engine's busy time and the earliest gapless start.
 No model runs; the real bench (``engine_profile``) measures the same on the real engine.
 """
 from __future__ import annotations
@@ -114,5 +115,46 @@ def run(policy: Policy | None = None) -> str:
     from .engine_profile import previous_policy
 
     current = policy or Policy(exact_below=0)
-    return report(previous_policy(current), current)
+    previous = previous_policy(current)
+    return report(previous, current) + "\n" + reply_report(previous, current)
 
+
+
+def reply(policy: Policy, rtf: float, fixed_ms: float = 10.0) -> tuple[float, float]:
+    """One reply of ``SPANS`` in order, as the core streams it: each segment is told the audio
+    the listener holds and has not heard (``buffered_s``, from a player that starts at the first
+    payload). Returns the engine's busy seconds and the oracle start: the earliest start after
+    the request that plays the whole reply without a stall (max of arrival minus audio before)."""
+    clock = Clock()
+    saved = streaming.time, pacing.time
+    streaming.time = pacing.time = types.SimpleNamespace(perf_counter=clock.perf_counter)  # type: ignore[assignment]
+    try:
+        vocoder = StreamingVocoder(None, None, None, {}, (), policy)
+        per_frame = rtf * FRAME_S
+        for window in (14, 16, 20, 24, 12, 18):
+            vocoder.costs.observe(window, fixed_ms / 1000 + per_frame * window)
+        first: float | None = None
+        sent = oracle = 0.0
+        for span in SPANS:
+            buffered = 0.0 if first is None else max(0.0, sent - (clock.now - first))
+            runner = SimRunner(span + PAD, policy, clock, fixed_ms / 1000, per_frame)
+            for audio in vocoder._stream(runner, LEAD, LEAD + span, True, None, buffered):  # type: ignore[arg-type]
+                first = clock.now if first is None else first
+                oracle = max(oracle, clock.now - sent)
+                sent += len(audio) / SAMPLE_RATE
+        return clock.now, oracle
+    finally:
+        streaming.time, pacing.time = saved
+
+
+def reply_report(previous: Policy, current: Policy, rtfs: tuple[float, ...] = (0.45, 0.9, 1.2, 1.7),
+                 fixed: tuple[float, ...] = (10.0, 190.0)) -> str:
+    lines = ["one reply of the same segments in order, as the core streams it (buffered_s from the audio sent): "
+             f"engine busy s and the oracle start s (earliest gapless start), {sum(SPANS) * FRAME_S:.0f} s of audio; "
+             "a call's fixed cost 10 ms (quiet) and 190 ms (fitted under load 10):",
+             f"{'fixed':>5} {'RTF':>5} {'busy previous':>14} {'busy now':>9} {'start previous':>15} {'start now':>10}"]
+    for ms in fixed:
+        for rtf in rtfs:
+            (busy0, start0), (busy1, start1) = reply(previous, rtf, ms), reply(current, rtf, ms)
+            lines.append(f"{ms:>5.0f} {rtf:>5.2f} {busy0:>14.2f} {busy1:>9.2f} {start0:>15.2f} {start1:>10.2f}")
+    return "\n".join(lines)

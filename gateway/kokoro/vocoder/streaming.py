@@ -281,8 +281,10 @@ class StreamingVocoder:
         # audio in hand, beyond what has played, once this chunk is done (playback starts
         # with the first chunk)
         ahead = chunk_s if pacer.first is None else pacer.ahead_s() - done_in + chunk_s
-        exact_s = self.predict_exact(rest_window)
-        return ahead >= p.safety * exact_s or self._behind(exact_s, ahead, span[1] - end, frozen_frames)
+        if ahead >= p.safety * self.predict_exact(rest_window):
+            return True
+        # a stall is certain if even one frozen call over the rest (its cheapest form) ends late
+        return self._behind(pacer.costs.predict(span[1] - end + 2 * p.context), ahead, span[1] - end, frozen_frames)
 
     def _behind(self, cost: float, ahead: float, frames: int, frozen_frames: int | None) -> bool:
         """``Policy.batch_rest``: would one call over the rest (``frames`` of audio, predicted
