@@ -85,6 +85,10 @@ class Settings:
     # call even when streaming: frozen statistics drift on short ones ("Sure!": -8 dB, 4 dB of
     # timbre) and their whole synthesis is short anyway (docs/STREAMING_VOCODER.md)
     embedded_vocoder_exact_below_s: float = 2.0
+    # once a streamed segment's first chunk is out, its rest in one call when the engine is
+    # slower than real time for it: less engine time (no chunk context, fewer calls), but that
+    # listener's wait comes in one longer piece (docs/STREAMING_VOCODER.md)
+    embedded_vocoder_batch_rest: bool = True
     # the graph: int8 (as shipped), or fp32 / fp16 made from it on first use and cached
     # (gateway/floatgraph); and where it runs: cpu, or cuda (onnxruntime-gpu, never a CPU fallback)
     embedded_precision: str = "int8"

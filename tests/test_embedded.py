@@ -120,7 +120,8 @@ def test_vocoder_off_offers_no_modes_and_says_so() -> None:
     for mode in on.vocoder_modes:
         assert EmbeddedEngine(Settings(embedded_vocoder=mode)).vocoder_status["mode"] == mode
     assert on.vocoder_status == {"mode": "frozen-first", "state": "waiting for start", "build_s": None,
-                                 "exact_below_s": 2.0, "voices": []}
+                                 "exact_below_s": 2.0, "batch_rest": True, "voices": []}
+    assert EmbeddedEngine(Settings(embedded_vocoder_batch_rest=False)).vocoder_status["batch_rest"] is False
     with pytest.raises(ValueError, match="exact_below"):
         EmbeddedEngine(Settings(embedded_vocoder_exact_below_s=-1))
 

@@ -182,7 +182,8 @@ async def test_fp32_streams_inside_a_sentence(tmp_path: Path) -> None:
         text = "The train to the airport leaves from the second platform at eight fifteen tonight, so be early."
         chunks = [c async for c in engine.synthesize(text, voice=engine.default_voice, speed=1.0, vocoder="frozen")]
         samples = np.frombuffer(b"".join(chunks), "<i2")
-        assert len(chunks) >= 3 and samples.size > 3 * 24000 and np.abs(samples).max() > 1000
+        # two on an engine slower than real time: the first chunk, then the rest (Policy.batch_rest)
+        assert len(chunks) >= 2 and samples.size > 3 * 24000 and np.abs(samples).max() > 1000
         assert not any(s.kind in ("scale", "zero_point") for s in engine.vocoder.statistics)  # no int8 left
     finally:
         await engine.aclose()

@@ -62,6 +62,7 @@ class EmbeddedSettings:
     vocoder: str  # frozen-first, frozen, exact, or off
     vocoder_cache: str
     vocoder_exact_below_s: float
+    vocoder_batch_rest: bool
     precision: str  # int8 (as shipped), fp32 or fp16: gateway.kokoro.floatgraph
     provider: str  # cpu or cuda (onnxruntime-gpu)
 
@@ -102,7 +103,8 @@ class EmbeddedEngine(EngineBase):
                      exact_below_s=o.vocoder_exact_below_s, timestamps=True)
         self.max_concurrency = o.workers
         self.load_report: LoadReport | None = None
-        self.host = VocoderHost(o.vocoder, o.vocoder_exact_below_s, o.threads, o.vocoder_cache)
+        self.host = VocoderHost(o.vocoder, o.vocoder_exact_below_s, o.threads, o.vocoder_cache,
+                                batch_rest=o.vocoder_batch_rest)
         self._model: KokoroModel | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._slots: asyncio.Semaphore | None = None

@@ -23,7 +23,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .names import CROP, ENERGY, F0, FEATURES, HARMONICS, PHASE_OFFSET
+from .names import CROP, DURATIONS, ENERGY, F0, FEATURES, HARMONICS, PHASE_OFFSET
 
 SAMPLE_RATE = 24000
 FRAME = 600  # samples per feature frame (40 frames a second); F0 and energy have two per frame
@@ -54,8 +54,15 @@ class Encoded:
 class Policy:
     """How a sentence is cut: chunk sizes in frames, context, cross-fades, when to go exact."""
 
-    sizes: tuple[int, ...] = (6, 8, 12, 16, 24, 32, 48)  # chunk shapes; the first opens
+    # chunk shapes; the first opens. The large ones run only once the lead covers them: each
+    # chunk pays 2 x ``context`` frames and a call's fixed cost, so fewer, larger ones cost less
+    sizes: tuple[int, ...] = (6, 8, 12, 16, 24, 32, 48, 64, 96)
     adaptive: bool = True  # pick each next size by measured speed (else: in order, last repeats)
+    # once the first chunk is out, the rest of the segment in one call when the engine is
+    # predicted too slow for any chunking to keep a real-time player fed (a stall is certain):
+    # the least engine time (no context, one call's fixed cost), though the player's wait then
+    # comes in one longer piece (docs/STREAMING_VOCODER.md); frozen-first's call is its exact rest
+    batch_rest: bool = True
     context: int = 4  # generator frames computed and dropped each side of a chunk
     # left context of a segment's opening chunk, which starts in the model's lead silence:
     # there 2 frames come as close to a wide window as 4 (measured: tests/test_vocoder.py),
@@ -144,3 +151,13 @@ class ChunkRunner:
             audio = self.frozen.run(None, feeds)[0]
         audio = np.asarray(audio, np.float32).reshape(-1)
         return audio[(start - lo) * FRAME - lead:(stop - lo) * FRAME], hi - lo
+
+
+def encode_segment(session: Any, tokens: list[int], style: np.ndarray, speed: float) -> Encoded:
+    features, f0, energy, durations = session.run([FEATURES, F0, ENERGY, DURATIONS], {
+        "tokens": np.array([[0, *tokens, 0]], dtype=np.int64),
+        "style": np.asarray(style, np.float32).reshape(1, 256),
+        "speed": np.array([speed], dtype=np.float32),
+    })
+    return Encoded(np.asarray(features, np.float32), np.asarray(f0, np.float32),
+                   np.asarray(energy, np.float32), np.asarray(durations).ravel().astype(np.int64))

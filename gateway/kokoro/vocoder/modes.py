@@ -21,3 +21,8 @@ MODES: tuple[VocoderMode, ...] = tuple(VocoderMode)
 #: held equal by a test: config may not import this layer). A reply's mode is then resolved
 #: once, from what the engine declares: ``engines/base.Capabilities.vocoder_for``.
 DEFAULT: VocoderMode = VocoderMode.FROZEN_FIRST
+
+
+def check_mode(mode: str) -> None:
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}")
