@@ -2,6 +2,8 @@
 #   make run    installs the gateway into .venv and serves it on the embedded engine (:8000)
 #   make test   installs everything the tests need (Debian packages included) and runs them
 #   make test-fast  the suite without the real model and the browser: a quick signal while you work
+#   make lint   ruff (lint, format check) over the tree and mypy --strict over gateway/; both tests
+#               run it first. `make fmt` applies ruff's fixes and its formatting.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -11,7 +13,7 @@ STAMP_RUN  := $(VENV)/.installed-run
 STAMP_TEST := $(VENV)/.installed-test
 PYTEST_ARGS ?=
 
-.PHONY: run test test-fast install install-test voices voices-required debian-deps clean test-sagemaker312 test-clients gpu-pack
+.PHONY: run test test-fast lint fmt install install-test voices voices-required debian-deps clean test-sagemaker312 test-clients gpu-pack
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -53,16 +55,31 @@ voices-required: install
 run: voices
 	$(PY) run_gateway.py serve $(ARGS)
 
+# Seconds, before any test: configured in pyproject.toml ([tool.ruff], [tool.mypy])
+lint: $(STAMP_TEST)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
+
+fmt: $(STAMP_TEST)
+	$(PY) -m ruff check --fix-only .
+	$(PY) -m ruff format .
+
 # pytest's exit code 5 (no tests collected) fails this target like any other failure
 test: install-test voices-required
+	$(MAKE) --no-print-directory lint
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-sagemaker312
 	$(MAKE) --no-print-directory test-clients
 
 # Everything that needs neither the real model nor a browser (tests marked `slow` or `browser`
 # are left out): the loop to run while changing a module. `make test` stays the full suite.
+# FAST_WORKERS test processes (pytest-xdist): most of these tests wait on a paced fake engine or
+# a child process, so two at once overlap their waits (docs/TESTING.md).
+FAST_WORKERS ?= 2
 test-fast: $(STAMP_TEST) voices-required
-	$(PY) -m pytest -q -p no:cacheprovider -m "not slow and not browser" $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory lint
+	$(PY) -m pytest -q -p no:cacheprovider -n $(FAST_WORKERS) -m "not slow and not browser" $(PYTEST_ARGS)
 
 # The SageMaker bidirectional-stream SDK needs Python 3.12: its tests run in their own venv,
 # made from pyenv's 3.12 (installed on these machines), against a local HTTP/2 + TLS stand-in.
@@ -107,4 +124,4 @@ gpu-pack: $(STAMP_TEST) voices-required
 	$(PY) run_gateway.py bench gpu --pack .gpupack
 
 clean:
-	rm -rf $(VENV) $(VENV312) $(VENV_CLIENTS) .pytest_cache .hypothesis artifacts
+	rm -rf $(VENV) $(VENV312) $(VENV_CLIENTS) .pytest_cache .hypothesis .mypy_cache .ruff_cache artifacts

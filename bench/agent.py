@@ -14,7 +14,8 @@ token, then ``agent_tokens_per_s`` = 60 tokens a second; ``--first-token-ms`` an
 
 With ``--llm-url`` (an OpenAI-compatible streaming chat endpoint) or ``--bedrock-model``
 (Bedrock ``converse_stream``), a real LLM replaces the simulated agent for batch and
-ws_tokens, through the gateway's own clients (``gateway.agent``). Writes ``bench-results/agent.json``, a bar chart and a timeline of one reply.
+ws_tokens, through the gateway's own clients (``gateway.agent``). Writes
+``bench-results/agent.json``, a bar chart and a timeline of one reply.
 """
 from __future__ import annotations
 

@@ -2,8 +2,9 @@
 
 The gateway runs in a SUBPROCESS (so the client load does not share its event loop) with the
 fake engine pacing audio at real time (``fake_rtf=1.0``; ``PacedFakeEngine`` by default, which
-keeps to the clock where the stock one drifts); the clients run in one or more client processes. Per concurrency level every session opens a WebSocket, asks for a reply long
-enough to outlast the level, and measures each payload's lateness::
+keeps to the clock where the stock one drifts); the clients run in one or more client processes.
+Per concurrency level every session opens a WebSocket, asks for a reply long enough to outlast
+the level, and measures each payload's lateness::
 
     lateness = arrival - (first arrival + audio duration received before it)
 
@@ -192,6 +193,15 @@ def gateway_settings(fmt: str, extra: dict[str, str] | None = None) -> dict[str,
     }
 
 
+def relay_settings(url: str, sessions: int) -> dict[str, str]:
+    """The gateway's container engine for a relay run. Every session says the same sentence
+    over and over, so the container must synthesize each segment it is sent (``cache``): a
+    shared or cached one arrives at once and the session ends long before the window does.
+    The pool is sized to the sessions: it is the engine's ``max_concurrency``, which the
+    real-time budget counts as the container's real-time streams (4 would refuse the 5th)."""
+    return {"container_url": url, "container_cache": "false", "container_pool_size": str(max(4, sessions))}
+
+
 async def sweep(levels: list[int], plan: Plan, *, settings: dict[str, str] | None = None,
                 stop_on_break: bool = True) -> list[Level]:
     """Run ``levels`` against one fresh gateway subprocess; stop after the first that breaks."""
@@ -205,7 +215,7 @@ async def sweep(levels: list[int], plan: Plan, *, settings: dict[str, str] | Non
             if plan.relay:  # gateway -> container engine -> model container running the paced fake
                 upstream = await stack.enter_async_context(GatewayProcess(
                     plan.engine, {"fake_rtf": "1.0", "log_level": "WARNING"}, command="container"))
-                engine, extra = "container", {"container_url": upstream.ws_url, **extra}
+                engine, extra = "container", {**relay_settings(upstream.ws_url, max(levels)), **extra}
             gw = await stack.enter_async_context(
                 GatewayProcess(engine, gateway_settings(plan.fmt, {"workers": str(plan.workers), **extra}),
                                uvloop=plan.uvloop))
@@ -223,11 +233,13 @@ def _row(r: Level) -> str:
     errs = ",".join(f"{k}:{v}" for k, v in r.errors.items()) or "-"
     return (f"{r.format:>4} {r.concurrency:>6} {r.streaming_at_end:>6} {r.late_p50_ms:>8.1f} {r.late_p99_ms:>8.1f} "
             f"{r.late_max_ms:>8.1f} {r.gateway_cores:>6.2f} {r.gateway_runqueue:>6.2f} "
-            f"{'-' if r.upstream_cores is None else format(r.upstream_cores, '.2f'):>6} {r.client_cores:>6.2f} {r.machine_busy:>5.0%} "
+            f"{'-' if r.upstream_cores is None else format(r.upstream_cores, '.2f'):>6} "
+            f"{r.client_cores:>6.2f} {r.machine_busy:>5.0%} "
             f"{r.streams_per_core:>8.1f} {'yes' if r.holds else 'NO':>5} {errs}")
 
 
-HEADER = (f"{'fmt':>4} {'conc':>6} {'live':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'gw cpu':>6} {'gw rq':>6} {'up cpu':>6} "
+HEADER = (f"{'fmt':>4} {'conc':>6} {'live':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
+          f"{'gw cpu':>6} {'gw rq':>6} {'up cpu':>6} "
           f"{'client':>6} {'box':>5} {'str/core':>8} {'holds':>5} errors")
 
 

@@ -8,6 +8,7 @@ Everything here is measurement plumbing; the figures come from each benchmark's 
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import logging
@@ -64,6 +65,39 @@ def bench_settings(engine: str, overrides: Sequence[str] = (), **changes: Any) -
             raise SystemExit(f"--set expects NAME=VALUE, got {item!r}")
         values[name.strip()] = value
     return load_settings(overrides={**values, **changes})
+
+
+def add_engine_args(p: argparse.ArgumentParser, engines: str, rtfs: str) -> None:
+    """The options of a benchmark run over several engines: ``--engines``, the fake engine's
+    ``--rtfs`` paces, ``--set`` gateway settings and the ``--out`` folder (see ``engine_targets``)."""
+    p.add_argument("--engines", default=engines, help="comma-separated: embedded, fake, ... (default: %(default)s)")
+    p.add_argument("--rtfs", default=rtfs, help="fake engine paces, compute s per audio s (default: %(default)s)")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="gateway setting override")
+    p.add_argument("--out", type=Path, default=RESULTS_DIR, help="output folder (default: %(default)s)")
+
+
+def parse_engine_args(p: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``p``'s arguments with ``--engines`` and ``--rtfs`` split into lists (``add_engine_args``)."""
+    args = p.parse_args(argv)
+    args.engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    args.rtfs = [float(r) for r in args.rtfs.split(",") if r.strip()]
+    if not args.engines or ("fake" in args.engines and not args.rtfs):
+        p.error("--engines must name an engine, and --rtfs a pace where it names fake")
+    return args
+
+
+def engine_targets(args: argparse.Namespace, fake: dict[str, Any] | None = None,
+                   **changes: Any) -> list[tuple[str, Settings]]:
+    """(name, settings) per gateway: the fake engine once per ``--rtfs`` pace (with ``fake``'s
+    settings too), every other engine once; ``changes`` apply to all."""
+    out: list[tuple[str, Settings]] = []
+    for name in args.engines:
+        if name == "fake":
+            out += [(f"fake rtf {r:g}", bench_settings("fake", args.set, fake_rtf=r, **(fake or {}), **changes))
+                    for r in args.rtfs]
+        else:
+            out.append((name, bench_settings(name, args.set, **changes)))
+    return out
 
 
 @contextlib.asynccontextmanager

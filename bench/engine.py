@@ -78,9 +78,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     parser.add_argument("--voice", default="")
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--parts", default="threads,paths,memory",
+    parser.add_argument("--path-reps", type=int, default=3,
+                        help="paths: repetitions of the side-by-side profile (the spread of the ratios)")
+    parser.add_argument("--no-service", action="store_true",
+                        help="paths: skip the in-service run (a real gateway streaming the paragraph)")
+    parser.add_argument("--parts", default="threads,paths,sim,memory",
                         help="which reports: threads (RTF by thread count, first audio), paths (where "
-                             "the time goes: bare model vs the gateway's paths vs in service), memory "
+                             "the time goes: bare model vs the gateway's paths vs in service), sim (the "
+                             "vocoder's pacing on a simulated engine at several speeds, no model), memory "
                              "(RSS per part and the gateway's total)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
@@ -90,7 +95,11 @@ def main(argv: list[str]) -> int:
     if "paths" in wanted:
         from .engine_paths import run as paths_report
 
-        print(paths_report(args.voice))
+        print(paths_report(args.voice, args.path_reps, not args.no_service))
+    if "sim" in wanted:
+        from .pacing_sim import run as sim_report
+
+        print(sim_report())
     if "memory" in wanted:
         from .memory import run as memory_report
 

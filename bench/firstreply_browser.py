@@ -3,8 +3,9 @@
 Per order, a fresh gateway; the moment it logs that it is ready, Chromium (Debian's, headless,
 launched beforehand) opens the demo page and presses "Play both" on the default text: that is
 the very first reply. Then "Play both" again (warm), then the batch baseline of the same text
-(MP3, ``cache: false``) in the same run, once after each press (their mean is the baseline). The figure is the page's own ``firstSoundMs`` (its level
-meter first hears the channel, from the press) and ``ttfbMs`` (first audio payload).
+(MP3, ``cache: false``) in the same run, once after each press (their mean is the baseline).
+The figure is the page's own ``firstSoundMs`` (its level meter first hears the channel, from the
+press) and ``ttfbMs`` (first audio payload).
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ carried ``queued_ms`` > 0) or refused (``overloaded``); stalls and stall time of
 each one's playback start against its oracle start (the earliest start its arrivals allowed
 without a stall: ``gateway.core.schedule.oracle_start``), and the issue's bar, start <= 1.3 x
 oracle + 300 ms. Capacity: the largest N at which every admitted listener played gaplessly
-and none was refused. Beside it, 1 / RTF: the engine's live speed (``/readyz``) says how many
+and none was refused. Beside it, 1 / RTF: the engine rate (``/readyz``) says how many
 real-time listeners its compute could feed at most.
 
 Engines: the fake engine computing one call at a time (``fake_workers=1``) at each ``--rtfs``
@@ -23,14 +23,15 @@ import asyncio
 import contextlib
 import logging
 import time
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from gateway.core.schedule import oracle_start
 
-from .common import RESULTS_DIR, Target, bench_settings, gateway, machine, publish, quiet_logs, table
+from .common import (
+    Target, add_engine_args, engine_targets, gateway, machine, parse_engine_args, publish, quiet_logs, table,
+)
 from .corpus import REPLIES
 from .player import arrivals_of, simulate
 from .remote import RemoteClient
@@ -114,14 +115,7 @@ async def run_engine(http: aiohttp.ClientSession, clients: list[RemoteClient], n
 
 
 def targets(args: argparse.Namespace) -> list[tuple[str, Any]]:
-    out: list[tuple[str, Any]] = []
-    for engine in args.engines:
-        if engine == "fake":
-            out += [(f"fake rtf {r:g}", bench_settings("fake", args.set, fake_rtf=r, fake_workers=1,
-                                                       fake_chunk_ms=100, cache_mb=0.0)) for r in args.rtfs]
-        else:
-            out.append((engine, bench_settings(engine, args.set, cache_mb=0.0)))
-    return out
+    return engine_targets(args, fake={"fake_workers": 1, "fake_chunk_ms": 100}, cache_mb=0.0)
 
 
 def render(out: dict[str, Any]) -> str:
@@ -144,17 +138,12 @@ def render(out: dict[str, Any]) -> str:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="run_gateway.py bench listeners", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--engines", default="fake", help="comma-separated: fake, embedded (default: %(default)s)")
-    p.add_argument("--rtfs", default="0.25,0.5", help="fake engine paces (default: %(default)s)")
+    add_engine_args(p, engines="fake", rtfs="0.25,0.5")
     p.add_argument("--max-n", type=int, default=5, help="listeners at most (default: %(default)s)")
     p.add_argument("--channel", choices=("sse", "ws"), default="sse")
-    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="gateway setting override")
-    p.add_argument("--out", type=Path, default=RESULTS_DIR, help="output folder (default: %(default)s)")
-    args = p.parse_args(argv)
-    args.engines = [e.strip() for e in args.engines.split(",") if e.strip()]
-    args.rtfs = [float(r) for r in args.rtfs.split(",") if r.strip()]
-    if args.max_n < 1 or not args.engines or ("fake" in args.engines and not args.rtfs):
-        p.error("--max-n must be >= 1, --engines non-empty, --rtfs non-empty with fake")
+    args = parse_engine_args(p, argv)
+    if args.max_n < 1:
+        p.error("--max-n must be >= 1")
     return args
 
 

@@ -125,7 +125,7 @@ def overheads(runs: list[dict[str, Any]]) -> dict[str, Any]:
         mine = [r for r in runs if r["channel"] == ch]
         in_run = sorted(r["input_ms"] + r["output_ms"] for r in mine)
 
-        def med(key: str) -> float:
+        def med(key: str, mine: list[dict[str, Any]] = mine) -> float:
             return round(statistics.median(r[key] for r in mine), 2)
 
         out[ch] = {

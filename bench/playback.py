@@ -38,7 +38,10 @@ import aiohttp
 import numpy as np
 
 from gateway.config import Settings
-from .common import RESULTS_DIR, Target, bench_settings, gateway, machine, post_speech, publish, quiet_logs, table
+from .common import (
+    Target, add_engine_args, engine_targets, gateway, machine, parse_engine_args, post_speech, publish, quiet_logs,
+    table,
+)
 from .plots import pyplot
 from .remote import RemoteClient
 from .player import SAMPLE_RATE, session_run
@@ -117,14 +120,9 @@ def targets(args: argparse.Namespace) -> list[tuple[str, Any]]:
     """(name, settings) per gateway. The segment cache is off (``cache_mb=0``) where the server
     has one, so that a repetition of 'both channels' shares a live synthesis instead of
     replaying the last one; sessions that share still join each other's synthesis."""
-    no_cache = {"cache_mb": 0.0} if "cache_mb" in {f.name for f in dataclasses.fields(Settings)} else {}
-    out: list[tuple[str, Any]] = []
-    for name in args.engines:
-        if name == "fake":
-            out += [(f"fake rtf {r:g}", bench_settings("fake", args.set, fake_rtf=r, **no_cache)) for r in args.rtfs]
-        else:
-            out.append((name, bench_settings(name, args.set, **no_cache)))
-    return out
+    has_cache = "cache_mb" in {f.name for f in dataclasses.fields(Settings)}
+    no_cache: dict[str, Any] = {"cache_mb": 0.0} if has_cache else {}
+    return engine_targets(args, **no_cache)
 
 
 async def start_gateways(http: aiohttp.ClientSession, stack: contextlib.AsyncExitStack,
@@ -149,12 +147,14 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     keys = dict.fromkeys((r["engine"], r["scenario"], r["channel"]) for r in runs)
     for engine, scenario, channel in keys:
         mine = [r for r in runs if (r["engine"], r["scenario"], r["channel"]) == (engine, scenario, channel)]
-        mean = lambda k: _mean([r.get(k) for r in mine])  # noqa: E731
+        mean = lambda k, mine=mine: _mean([r.get(k) for r in mine])  # noqa: E731
         row = {"engine": engine, "scenario": scenario, "channel": channel, "n": len(mine), "audio_s": mean("audio_s")}
         if channel == "batch":
             row["batch_ms"] = mean("batch_ms")
         else:
             row.update(first_audio_ms=mean("first_audio_ms"), start_ms=mean("start_ms"), end_ms=mean("end_ms"),
+                       oracle_ms=mean("oracle_ms"),  # the issue's bar: start <= 1.3 x oracle + 300 ms, every session
+                       within_bar=all(r["start_ms"] <= 1.3 * r["oracle_ms"] + 300 for r in mine),
                        start_vs_batch=round(float(np.mean([r["start_vs_batch"] for r in mine])), 3),
                        stalls=mean("stalls"), stall_ms=mean("stall_ms"),
                        preroll_ms_max=max((max(r["preroll_ms"], default=0) for r in mine), default=0))
@@ -168,16 +168,17 @@ def _mean(values: Sequence[float | None]) -> float | None:
 
 
 def render(out: dict[str, Any]) -> str:
-    headers = ["engine", "scenario", "channel", "n", "first audio ms", "playback start ms", "start/batch",
-               "stalls", "stall ms", "audio s", "end s", "max preroll ms"]
+    headers = ["engine", "scenario", "channel", "n", "first audio ms", "playback start ms", "oracle ms",
+               "<= 1.3x+0.3s", "start/batch", "stalls", "stall ms", "audio s", "end s", "max preroll ms"]
     cells = []
     for r in out["rows"]:
         if r["channel"] == "batch":
-            cells.append([r["engine"], r["scenario"], "batch", r["n"], "", f"{r['batch_ms']:.0f}", "1.00",
+            cells.append([r["engine"], r["scenario"], "batch", r["n"], "", f"{r['batch_ms']:.0f}", "", "", "1.00",
                           "", "", f"{r['audio_s']:.2f}", "", ""])
         else:
             cells.append([r["engine"], r["scenario"], r["channel"], r["n"], f"{r['first_audio_ms']:.0f}",
-                          f"{r['start_ms']:.0f}", f"{r['start_vs_batch']:.2f}", f"{r['stalls']:.1f}",
+                          f"{r['start_ms']:.0f}", f"{r['oracle_ms']:.0f}", "yes" if r["within_bar"] else "no",
+                          f"{r['start_vs_batch']:.2f}", f"{r['stalls']:.1f}",
                           f"{r['stall_ms']:.0f}", f"{r['audio_s']:.2f}", f"{r['end_ms'] / 1000:.2f}",
                           r["preroll_ms_max"]])
     shared = [f"{r['engine']} {r['rep'] + 1}: {r['hub']}" for r in out["runs"]
@@ -189,7 +190,9 @@ def render(out: dict[str, Any]) -> str:
     note += ("" if out["preroll_seen"] else
             "\nno preroll_ms from the server (counted as 0): the player started at the first payload")
     return (table(headers, cells) + "\nstalls, stall ms: per session, mean (every time the player ran dry after "
-            "it started, no tolerance)\nstart/batch: playback start over the batch time of the same text under "
+            "it started, no tolerance)\noracle: the earliest start the arrivals allowed without a stall (the latest "
+            "over payloads of arrival minus the audio before it)\nstart/batch: playback start over the batch time of "
+            "the same text under "
             "the same load; a batch row's start is its whole response" + note)
 
 
@@ -232,18 +235,13 @@ def plot(path: Path, out: dict[str, Any]) -> None:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="run_gateway.py bench playback", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--engines", default="embedded,fake", help="comma-separated: embedded, fake (default: %(default)s)")
-    p.add_argument("--rtfs", default="0.3,0.9,1.3", help="fake engine paces, compute s per audio s (default: %(default)s)")
+    add_engine_args(p, engines="embedded,fake", rtfs="0.3,0.9,1.3")
     p.add_argument("--reps", type=int, default=2, help="repetitions, interleaved (default: %(default)s)")
     p.add_argument("--text", default=TEXT, help="the reply to speak (default: a 5-sentence agent reply)")
-    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="gateway setting override")
-    p.add_argument("--out", type=Path, default=RESULTS_DIR, help="output folder (default: %(default)s)")
     p.add_argument("--no-plots", action="store_true")
-    args = p.parse_args(argv)
-    args.engines = [e.strip() for e in args.engines.split(",") if e.strip()]
-    args.rtfs = [float(r) for r in args.rtfs.split(",") if r.strip()]
-    if args.reps < 1 or not args.engines or ("fake" in args.engines and not args.rtfs) or not args.text.strip():
-        p.error("--reps must be >= 1, --engines non-empty, --rtfs non-empty with fake, --text non-empty")
+    args = parse_engine_args(p, argv)
+    if args.reps < 1 or not args.text.strip():
+        p.error("--reps must be >= 1, --text non-empty")
     return args
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from gateway.core.schedule import oracle_start
+
 SAMPLE_RATE = 24000  # PCM s16le mono unless ``ready`` says otherwise
 EPS = 1e-9
 
@@ -115,9 +117,12 @@ def session_run(result: Any) -> dict[str, Any]:
     """One streamed session, played: the figures a row of the table is made of, in ms."""
     if result.error or not result.payloads:
         raise RuntimeError(f"the session failed: {result.error or 'no audio'}")
-    p = simulate(arrivals_of(result))
+    arrivals = arrivals_of(result)
+    p = simulate(arrivals)
+    oracle = oracle_start([(a.t_s, a.audio_s) for a in arrivals if a.audio_s > 0])
     prerolls = [f.get("preroll_ms") for _, k, f in result.events if k in ("ready", "sentence")]
-    return {"first_audio_ms": _ms(p.first_audio_s), "start_ms": _ms(p.start_s), "end_ms": _ms(p.end_s),
+    return {"first_audio_ms": _ms(p.first_audio_s), "start_ms": _ms(p.start_s), "oracle_ms": _ms(oracle),
+            "end_ms": _ms(p.end_s),
             "stalls": p.stalls, "stall_ms": _ms(p.stall_s), "audio_s": round(p.audio_s, 3),
             "preroll_ms": [v for v in prerolls if v is not None], "gaps_ms": [[_ms(a), _ms(b)] for a, b in p.gaps]}
 

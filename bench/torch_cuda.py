@@ -113,7 +113,8 @@ def run(device: str, replies: list[dict[str, Any]], vocab: dict[str, int], frame
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    head = f"{'device':>6} {'reply':>5} {'segs':>4} {'audio s':>7} {'first ms':>9} {'batch ms':>9} {'first/batch':>11} {'RTF batch':>9} {'RTF segs':>8}"
+    head = (f"{'device':>6} {'reply':>5} {'segs':>4} {'audio s':>7} {'first ms':>9} {'batch ms':>9} "
+            f"{'first/batch':>11} {'RTF batch':>9} {'RTF segs':>8}")
     lines = [head, "-" * len(head)]
     for res in results:
         for k, r in enumerate(res["rows"]):

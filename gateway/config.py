@@ -85,6 +85,10 @@ class Settings:
     # call even when streaming: frozen statistics drift on short ones ("Sure!": -8 dB, 4 dB of
     # timbre) and their whole synthesis is short anyway (docs/STREAMING_VOCODER.md)
     embedded_vocoder_exact_below_s: float = 2.0
+    # once a streamed segment's first chunk is out, its rest in one call when the engine is
+    # slower than real time for it: less engine time (no chunk context, fewer calls), but that
+    # listener's wait comes in one longer piece (docs/STREAMING_VOCODER.md)
+    embedded_vocoder_batch_rest: bool = True
     # the graph: int8 (as shipped), or fp32 / fp16 made from it on first use and cached
     # (gateway/floatgraph); and where it runs: cpu, or cuda (onnxruntime-gpu, never a CPU fallback)
     embedded_precision: str = "int8"
@@ -118,6 +122,7 @@ class Settings:
     agent_tokens_per_s: float = 60.0  # simulated: token rate
 
     # admission control: sessions synthesizing at once, and how many may wait beyond that
+    # both limits hold for the port: with workers > 1, over all of them (gateway/web/limits.py)
     max_active_sessions: int = 0  # 0: the engine's own max_concurrency x 4
     max_queued_sessions: int = 16  # beyond active + queued: 503 + Retry-After / error + close 1013
     queue_timeout_s: float = 10.0  # a queued session that waits longer is refused the same way
@@ -150,6 +155,9 @@ class Settings:
     # container / sagemaker engines
     container_url: str = "ws://127.0.0.1:8080/invocations-bidirectional-stream"
     container_pool_size: int = 4  # idle sockets kept open to the container
+    # let the container share identical segments and serve repeats from its own cache (the
+    # gateway's hub already does per process); false: it synthesizes every segment it is sent
+    container_cache: bool = True
     sagemaker_endpoint: str = ""
     sagemaker_region: str = ""  # "": the standard AWS chain (AWS_REGION, profile)
     sagemaker_mode: str = "stream"  # stream (bidirectional, Python 3.12+) or batch (InvokeEndpoint)

@@ -15,6 +15,16 @@ CLIENT_CODES = frozenset({"bad_request", "empty_input", "invalid_option", "inval
                           "unknown_format", "unknown_voice", "unsupported_language"})
 
 
+QUOTE_CHARS = 80  # of a client's value quoted in an error message
+
+
+def quoted(value: object, limit: int = QUOTE_CHARS) -> str:
+    """``repr(value)`` for an error message, cut to ``limit`` characters with "…" marking the
+    cut: an error quotes enough of a bad value to recognise it, never a 100 kB value whole."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
 class GatewayError(Exception):
     """Base class. ``code`` is the stable machine-readable name, ``status`` the HTTP status."""
 

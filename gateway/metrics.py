@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import resource
+from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -28,7 +29,8 @@ class Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.multiprocess = multiprocess()
-        total, each = "livesum", "liveall"  # gauge modes across workers (ignored in one process)
+        total: Final = "livesum"  # gauge modes across workers (ignored in one process)
+        each: Final = "liveall"
         self.sessions = Counter("tts_sessions", "Sessions started", ["channel"], registry=r)
         self.active = Gauge("tts_sessions_active", "Sessions in progress", ["channel"], registry=r,
                             multiprocess_mode=total)
@@ -51,8 +53,12 @@ class Metrics:
                              "cache), join (shared a synthesis in flight), miss (a new one)", ["outcome"], registry=r)
         self.cache_bytes = Gauge("tts_synthesis_cache_bytes", "PCM held by the segment cache", registry=r,
                                  multiprocess_mode=total)
-        self.rtf = Gauge("tts_engine_rtf", "The engine's live speed: wall seconds per audio second, "
+        self.rtf = Gauge("tts_engine_rtf", "The engine rate (EngineRate): wall seconds per audio second, "
                          "smoothed over recent calls", ["mode"], registry=r, multiprocess_mode=each)
+        self.engine_work = Gauge("tts_engine_work", "The engine's own work since it started, by kind: calls "
+                                 "(model calls: one per piece, or per chunk streaming inside a segment), "
+                                 "memory_releases (idle memory handed back)", ["kind"], registry=r,
+                                 multiprocess_mode=total)
         self.agent_turns = Counter("tts_agent_turns", "Prompt turns by agent backend and how they ended: done, "
                                    "cancelled, agent_error, agent_unavailable, agent_timeout", ["backend", "outcome"],
                                    registry=r)
@@ -61,7 +67,7 @@ class Metrics:
         self.queued = Gauge("tts_engine_queued", "Sessions waiting for the engine", registry=r,
                             multiprocess_mode=total)
         self.load = Gauge("tts_engine_load", "Engine-seconds per second the admitted listeners need while "
-                          "they play (live speed x safety, over the engine's slots); 1 = fully booked",
+                          "they play (engine rate x safety, over the engine's slots); 1 = fully booked",
                           registry=r, multiprocess_mode=each)
         self.backlog = Gauge("tts_engine_backlog_seconds", "Forecast engine work queued for the admitted "
                              "listeners", registry=r, multiprocess_mode=each)

@@ -306,6 +306,7 @@ async function loadVoices() {
 }
 
 function wire() {
+  for (const name of CHANNELS) $(`#panel-${name}`).append($('#panel-body').content.cloneNode(true));
   $('#play-both').addEventListener('click', () => play('both'));
   $('#play-sse').addEventListener('click', () => play('sse'));
   $('#play-ws').addEventListener('click', () => play('ws'));

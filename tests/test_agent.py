@@ -16,7 +16,7 @@ from bench.client import sse_stream
 from bench.servers import serve_app
 from gateway.agent import create_agent
 from tests.conftest import Server, fake_settings, free_port
-from tests.support.agent_client import Talk, heard, texts
+from tests.support.agent_client import Talk, fails_then_recovers, heard, texts
 from tests.support.openai_stub import ChatStub, Reply
 
 KEY = "sk-test-" + secrets.token_hex(20)
@@ -146,13 +146,8 @@ async def test_a_turn_cancelled_before_any_audio_leaves_no_trace(chat, agent_ser
 async def test_failures_answer_an_error_and_the_next_turn_works(chat, agent_server, http, failure, code) -> None:
     stub, url = chat
     server = await agent_server(url, agent_timeout_s=0.5)
-    stub.replies.extend([Reply(REPLY, **failure), Reply(["Back again."])])
-    async with http.ws_connect(server.ws_url) as ws:
-        talk = Talk(ws)
-        failed = await talk.turn("Hello?")
-        assert failed[-1] == ("error", {"code": code, "message": failed[-1][1]["message"]})
-        ok = await talk.turn("Hello again?")
-        assert texts(ok) == ["Back again."] and ok[-1][0] == "done"
+    error = await fails_then_recovers(http, server.ws_url, stub.replies, Reply(REPLY, **failure), code)
+    assert set(error) == {"code", "message"}
     assert await metric(http, server, f'tts_agent_turns_total{{backend="openai",outcome="{code}"}}') == 1
     assert await metric(http, server, f'tts_errors_total{{channel="ws",code="{code}"}}') == 1
 

@@ -11,7 +11,7 @@ import pytest
 from bench.client import sse_stream
 from bench.servers import serve_app
 from tests.conftest import Server, fake_settings, free_port
-from tests.support.agent_client import Talk, heard, texts
+from tests.support.agent_client import Talk, fails_then_recovers, heard, texts
 from tests.support.bedrock_stub import ConverseStub, Reply
 
 pytest.importorskip("boto3")
@@ -95,13 +95,8 @@ async def test_cancel_stops_the_stream_and_keeps_what_was_heard(bedrock, bedrock
 async def test_failures_answer_an_error_and_the_next_turn_works(bedrock, bedrock_server, http, failure, code) -> None:
     stub, url = bedrock
     server = await bedrock_server(url, agent_timeout_s=1.0)
-    stub.replies.extend([Reply(REPLY, **failure), Reply(["Back again."])])
-    async with http.ws_connect(server.ws_url) as ws:
-        talk = Talk(ws)
-        failed = await talk.turn("Hello?")
-        assert failed[-1][0] == "error" and failed[-1][1]["code"] == code
-        assert "test-secret-not-real" not in failed[-1][1]["message"]
-        assert texts(await talk.turn("Hello again?")) == ["Back again."]
+    error = await fails_then_recovers(http, server.ws_url, stub.replies, Reply(REPLY, **failure), code)
+    assert "test-secret-not-real" not in error["message"]
 
 
 async def test_an_unreachable_endpoint_is_agent_unavailable(bedrock_server, http: aiohttp.ClientSession) -> None:

@@ -65,7 +65,8 @@ def test_corpus_and_prompts() -> None:
 
 
 def test_ttfb_streaming_beats_batch_on_fake(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["--engines", "fake", "--reps", "1", "--corpus", "2", "--fake-rtf", "0.3", "--out", str(tmp_path)]
+    rtf = 0.15  # the fake engine's pace: low, so the run is quick, high enough to make batch wait
+    argv = ["--engines", "fake", "--reps", "1", "--corpus", "2", "--fake-rtf", str(rtf), "--out", str(tmp_path)]
     assert ttfb.main(argv) == 0
     out = load(tmp_path / "ttfb.json")
     assert {"anchor", "engines", "machine_start", "machine_end", "corpus"} <= out.keys()
@@ -83,7 +84,7 @@ def test_ttfb_streaming_beats_batch_on_fake(tmp_path: Path, capsys: pytest.Captu
         assert fake["improvement"][ch]["mean_pct"] < 0 and fake["improvement"][ch]["speedup_mean"] > 1
         assert "runs_with_stalls" in chans[ch]
     # batch's first byte comes after the whole reply is synthesized: rtf x audio at least
-    assert chans["batch"]["ttfb"]["min"] > 0.3 * 0.24 * 18 * 1000
+    assert chans["batch"]["ttfb"]["min"] > rtf * 0.24 * 18 * 1000
     lanes = fake["timeline"]["ws"]
     assert lanes["synthesis_ms"] and lanes["received_ms"] and lanes["ttfb_ms"] > 0
     for name in ("ttfb.png", "ttfb-timeline-fake.png"):
@@ -235,6 +236,7 @@ def test_playback_bench_on_fake(tmp_path: Path) -> None:
             assert r["batch_ms"] >= 0.3 * r["audio_s"] * 1000 * 0.95  # paced at RTF 0.3
             continue
         assert 0 < r["first_audio_ms"] <= r["start_ms"] < r["end_ms"]
+        assert r["first_audio_ms"] <= r["oracle_ms"] <= r["end_ms"]
         assert r["stalls"] >= 0 and r["stall_ms"] >= 0 and len(r["gaps_ms"]) == r["stalls"]
         assert r["end_ms"] == pytest.approx(r["start_ms"] + r["audio_s"] * 1000 + r["stall_ms"], abs=1.0)
         assert r["start_vs_batch"] > 0
@@ -299,7 +301,9 @@ def test_listeners_bench_on_fake(tmp_path: Path) -> None:
 def test_firstreply_bench_on_fake(tmp_path: Path) -> None:
     from bench import firstreply
 
-    assert firstreply.main(["--engine", "fake", "--out", str(tmp_path), "--set", "fake_rtf=0.3"]) == 0
+    argv = ["--engine", "fake", "--out", str(tmp_path), "--set", "fake_rtf=0.1",
+            "--text", "Hello there! This is a short reply."]
+    assert firstreply.main(argv) == 0
     out = load(tmp_path / "firstreply.json")
     orders = {o["order"]: o for o in out["orders"]}
     assert set(orders) == {"ready-first", "prepared"}

@@ -355,7 +355,7 @@ async def test_play_both_on_the_real_embedded_engine(browser: Any, embedded_url:
     """
     page = await open_demo(browser, embedded_url)
     try:
-        # One reply first, not asserted: the live speed was measured before Chromium decoded
+        # One reply first, not asserted: the engine rate was measured before Chromium decoded
         # two streams on the same 2 cores, and the first reply after such a change of load is
         # the one it learns from (a full-suite run once stalled 2.6 s there; README, Gapless
         # playback). The asserted reply is the next one, as a user's second click.

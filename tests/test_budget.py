@@ -6,7 +6,9 @@ is the order slots were granted; admission is the budget's verdict on known work
 from __future__ import annotations
 
 import asyncio
+from typing import Any, Awaitable, Callable
 
+import aiohttp
 import pytest
 
 from bench.player import Arrival, simulate
@@ -19,6 +21,7 @@ from gateway.core.schedule import oracle_start
 from gateway.core.scheduler import EngineScheduler
 from gateway.core.engine_rate import EngineRate
 from gateway.web.state import GATEWAY
+from tests.conftest import Server
 
 RATE = 24000
 
@@ -229,21 +232,36 @@ def reply(k: int, sentences: int = 5, words: int = 6) -> str:
                     for s in range(sentences))
 
 
+async def paced_gateway(start_server: Callable[..., Awaitable[Server]], http: aiohttp.ClientSession, warm_up: str,
+                        **settings: Any) -> tuple[Server, str]:
+    """A gateway on one fake engine computing one segment at a time (``fake_rtf`` and the
+    budget's limits in ``settings``), its engine rate measured on ``warm_up``: (server, SSE URL)."""
+    from bench.client import sse_stream
+
+    from .conftest import fake_settings
+
+    server = await start_server(fake_settings(fake_workers=1, fake_chunk_ms=100, **settings))
+    url = server.url + "/v1/stream/sse"
+    await sse_stream(http, url, text=warm_up, format="pcm")  # the engine's rate, measured
+    return server, url
+
+
+async def until_members(server: Server, n: int) -> None:
+    """Until ``n`` listeners are members of the engine's budget (admitted and playing)."""
+    while len(server.app[GATEWAY].hub.budget.members) < n:
+        await asyncio.sleep(0.01)
+
+
 async def test_a_fourth_listener_on_an_engine_for_three_is_queued_while_the_three_play_through(
         start_server, http) -> None:
     from bench.client import sse_stream
     from bench.player import session_run
 
-    from .conftest import fake_settings
-
     # one engine computing one segment at a time at RTF 0.25: three listeners take 0.75 of it
-    server = await start_server(fake_settings(fake_rtf=0.25, fake_workers=1, fake_chunk_ms=100,
-                                              max_start_s=3.0, queue_timeout_s=30.0, cache_mb=0))
-    url = server.url + "/v1/stream/sse"
-    await sse_stream(http, url, text=reply(9, sentences=8), format="pcm")  # the engine's rate, measured
+    server, url = await paced_gateway(start_server, http, reply(9, sentences=8, words=3), fake_rtf=0.25,
+                                      max_start_s=3.0, queue_timeout_s=30.0, cache_mb=0)
     first = [asyncio.create_task(sse_stream(http, url, text=reply(k), format="pcm")) for k in range(3)]
-    while len(server.app[GATEWAY].hub.budget.members) < 3:
-        await asyncio.sleep(0.01)
+    await until_members(server, 3)
     fourth = await sse_stream(http, url, text=reply(3), format="pcm")
     three = await asyncio.gather(*first)
     for r in three:
@@ -258,24 +276,19 @@ async def test_a_listener_the_engine_cannot_fit_is_refused_with_retry_after_and_
         start_server, http) -> None:
     from bench.client import sse_stream, ws_stream
 
-    from .conftest import fake_settings
-
-    server = await start_server(fake_settings(fake_rtf=0.6, fake_workers=1, fake_chunk_ms=100,
-                                              max_start_s=1.0, queue_timeout_s=1.0, cache_mb=0))
-    url = server.url + "/v1/stream/sse"
-    await sse_stream(http, url, text=reply(8, sentences=6), format="pcm")  # the engine's rate, measured
-    playing = asyncio.create_task(sse_stream(http, url, text=reply(0, sentences=8), format="pcm"))
-    while not server.app[GATEWAY].hub.budget.members:
-        await asyncio.sleep(0.01)
+    server, url = await paced_gateway(start_server, http, reply(8, sentences=6, words=3), fake_rtf=0.6, max_start_s=1.0,
+                                      queue_timeout_s=1.0, cache_mb=0)
+    playing = asyncio.create_task(sse_stream(http, url, text=reply(0, sentences=8, words=3), format="pcm"))
+    await until_members(server, 1)
     async with http.get(server.url + "/readyz") as r:
         budget = (await r.json())["budget"]
     assert budget["listeners"] == 1 and 0.5 < budget["load"] < 1.0 and budget["backlog_s"] > 0
     async with http.get(server.url + "/metrics") as r:
         assert "tts_engine_load " in await r.text()
-    async with http.post(url, json={"text": reply(1, sentences=8), "format": "pcm"}) as r:
+    async with http.post(url, json={"text": reply(1, sentences=8, words=3), "format": "pcm"}) as r:
         assert r.status == 503 and int(r.headers["Retry-After"]) >= 1
         assert (await r.json())["error"]["code"] == "overloaded"
-    refused = await ws_stream(http, server.ws_url, text=reply(2, sentences=8), options={"format": "pcm"})
+    refused = await ws_stream(http, server.ws_url, text=reply(2, sentences=8, words=3), options={"format": "pcm"})
     assert refused.error["code"] == "overloaded" and refused.error["retry_after"] >= 1
     assert refused.close_code == 1013 and not refused.payloads
     assert (await playing).done is not None
@@ -287,17 +300,12 @@ async def test_play_both_is_one_reply_of_work_not_two(start_server, http) -> Non
     an engine too busy for a second reply of its own (which is refused, as control)."""
     from bench.client import sse_stream, ws_stream
 
-    from .conftest import fake_settings
-
-    server = await start_server(fake_settings(fake_rtf=0.6, fake_workers=1, fake_chunk_ms=100,
-                                              max_start_s=1.0, queue_timeout_s=1.0))
-    url = server.url + "/v1/stream/sse"
-    await sse_stream(http, url, text=reply(8, sentences=6), format="pcm")  # the engine's rate, measured
-    text = reply(0, sentences=8)
+    server, url = await paced_gateway(start_server, http, reply(8, sentences=6, words=3), fake_rtf=0.6, max_start_s=1.0,
+                                      queue_timeout_s=1.0)
+    text = reply(0, sentences=8, words=3)
     playing = asyncio.create_task(sse_stream(http, url, text=text, format="pcm"))
-    while not server.app[GATEWAY].hub.budget.members:
-        await asyncio.sleep(0.01)
-    other = await ws_stream(http, server.ws_url, text=reply(2, sentences=8), options={"format": "pcm"})
+    await until_members(server, 1)
+    other = await ws_stream(http, server.ws_url, text=reply(2, sentences=8, words=3), options={"format": "pcm"})
     assert other.error["code"] == "overloaded"  # a reply of its own does not fit
     # the demo page's WebSocket sends its text in ``start``: known when the session is admitted
     both = await ws_stream(http, server.ws_url, text="", options={"format": "mp3", "text": text})

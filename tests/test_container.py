@@ -6,6 +6,7 @@ mocked: clients speak real WebSockets to real servers.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -322,3 +323,43 @@ async def test_gateway_forwards_vocoder_and_the_listeners_buffer(http: aiohttp.C
     assert [mode for mode, _ in modal.asked] == ["frozen"] * len(r.of("sentence"))
     held = [b for _, b in modal.asked]
     assert held[0] == 0.0 and max(held[1:]) > 0.3  # later segments: the listener holds audio
+
+
+# -- shutdown: pooled sockets never hold a stop up -----------------------------------------
+async def container_streams(http: aiohttp.ClientSession, c: Container) -> float:
+    """The container's open stream sockets, from its /metrics."""
+    async with http.get(c.url + "/metrics") as resp:
+        text = await resp.text()
+    found = re.search(r'^tts_sessions_active\{channel="container"\} (\S+)$', text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+async def test_container_closes_an_idle_pooled_socket_at_once_on_sigterm(http: aiohttp.ClientSession) -> None:
+    # a grace far longer than the guard below: a container that waited for the idle socket as
+    # for a reply in flight would hold its stop up for ten minutes
+    with running_container("shutdown_grace_s=600") as c:
+        async with http.ws_connect(c.ws_url) as ws:
+            for message in ({"type": "start", "format": "pcm"}, {"type": "text", "text": "Hello."}, {"type": "end"}):
+                await ws.send_str(json.dumps(message))
+            events, _ = await read_reply(ws)
+            assert events[-1]["type"] == "done"  # the socket stays open for the next reply
+            assert c.proc is not None
+            c.proc.terminate()
+            async with asyncio.timeout(60):  # a hang guard, not a speed figure
+                msg = await ws.receive()
+                code = await asyncio.to_thread(c.proc.wait)
+        assert msg.type == aiohttp.WSMsgType.CLOSE and msg.data == aiohttp.WSCloseCode.GOING_AWAY
+        assert code == 0
+
+
+async def test_gateway_shutdown_closes_its_pooled_sockets_first(container: Container, start_server,
+                                                                http: aiohttp.ClientSession) -> None:
+    server = await gateway_for(start_server, container)
+    assert (await ws_stream(http, server.ws_url, text="Hello there.")).done is not None
+    assert await container_streams(http, container) == 1  # the gateway's pooled idle socket
+    await server.app.shutdown()  # on_shutdown: before aiohttp waits for the gateway's handlers
+    async with asyncio.timeout(30):  # a hang guard
+        while await container_streams(http, container):
+            await asyncio.sleep(0.05)
+    again = await ws_stream(http, server.ws_url, text="Still here.")  # a segment after it reconnects
+    assert again.done is not None and server.engine.pool.opened == 2

@@ -85,6 +85,17 @@ def sagemaker_engine() -> SageMakerEngine:
     return SageMakerEngine(settings, SageMakerOptions(endpoint="tts", mode="batch", voices=("af_heart", "bf_emma")))
 
 
+def test_the_vocoder_default_is_one_value_and_resolved_in_one_place() -> None:
+    from gateway.engines.base import Capabilities
+    from gateway.kokoro.vocoder.modes import DEFAULT, MODES
+
+    assert Settings().embedded_vocoder == DEFAULT  # config cannot import the kokoro layer
+    caps = Capabilities(vocoder_modes=MODES, default_vocoder="frozen")
+    assert caps.vocoder_for("exact") == "exact" and caps.vocoder_for("") == "frozen"
+    assert caps.vocoder_for(None, live=False) == "exact"  # a whole file: nobody waits on it
+    assert Capabilities().vocoder_for("") is None  # no modes: the engine never streams in a segment
+
+
 def test_engines_refuse_what_their_declaration_lacks() -> None:
     engine = sagemaker_engine()
     caps = engine.capabilities

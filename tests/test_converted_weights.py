@@ -48,6 +48,7 @@ def kokoro_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow  # converts and loads the real Kokoro-82M weights on torch
 def test_every_kmodel_parameter_comes_from_the_graph(kokoro_dir: Path) -> None:
     from gateway.kokoro.convert_weights import kmodel
     from gateway.kokoro.floatgraph.torch_weights import CONFIG, MODULES
@@ -68,6 +69,7 @@ def test_every_kmodel_parameter_comes_from_the_graph(kokoro_dir: Path) -> None:
     assert all(torch.isfinite(v).all() for v in got.values())
 
 
+@pytest.mark.slow  # converts and loads the real Kokoro-82M weights on torch
 def test_torch_speaks_as_the_onnx_graph_on_fixed_phonemes(kokoro_dir: Path) -> None:
     from bench.measure import align, distance
     from gateway.engines.kokoro import TorchKokoro, find_model_files

@@ -101,6 +101,6 @@ async def test_the_engine_speaks_the_same_after_handing_memory_back_when_idle() 
 
         first = await speak()
         async with asyncio.timeout(60):  # idle: the arena is shrunk and the C allocator trimmed
-            while engine.memory_releases == 0:
+            while engine.work["memory_releases"] == 0:
                 await asyncio.sleep(0.05)
         assert await speak() == first and len(first) > 24000

@@ -50,7 +50,9 @@ async def test_a_waiting_listener_gets_the_segment_in_growing_chunks(engine: Emb
     assert status["build_s"] is not None and status["build_s"] > 0
     exact = await chunks_of(engine, vocoder="exact")
     streamed = await chunks_of(engine)  # the default mode, nothing buffered: the listener waits
-    assert len(exact) == 1 and len(streamed) >= 3
+    # growing chunks, or (an engine slower than real time: Policy.batch_rest) the first chunk
+    # and then the rest in one call
+    assert len(exact) == 1 and len(streamed) >= 2
     sizes = [len(c) / RATE for c in streamed]
     assert sizes[0] <= 0.45 < sum(sizes), sizes  # the first chunk is a small part of the sentence
     whole, joined = exact[0], np.concatenate(streamed)
@@ -67,7 +69,7 @@ async def test_a_waiting_listener_gets_the_segment_in_growing_chunks(engine: Emb
 
 async def test_frozen_mode_streams_every_chunk_and_joins_without_clicks(engine: EmbeddedEngine) -> None:
     frozen = await chunks_of(engine, vocoder="frozen")
-    assert len(frozen) >= 3
+    assert len(frozen) >= 2  # two where the engine is slower than real time (Policy.batch_rest)
     joined = np.concatenate(frozen)
     cuts = np.cumsum([len(c) for c in frozen])[:-1].tolist()
     assert worst_join_ratio(joined, cuts) < 1.0
@@ -75,10 +77,12 @@ async def test_frozen_mode_streams_every_chunk_and_joins_without_clicks(engine: 
 
 
 async def test_a_listener_with_audio_in_hand_gets_one_exact_call(engine: EmbeddedEngine) -> None:
-    # ten seconds still to play: the exact vocoder has time for the whole segment
-    calm = await chunks_of(engine, buffered_s=10.0)
+    # a minute still to play: the exact vocoder has time for the whole segment (ten seconds
+    # were not enough on a 2-core machine under load 10, where the segment's exact call is
+    # predicted at 7-9 s and must fit 1.5 times over)
+    calm = await chunks_of(engine, buffered_s=60.0)
     waiting = await chunks_of(engine, buffered_s=0.0)
-    assert len(calm) == 1 and len(waiting) >= 3
+    assert len(calm) == 1 and len(waiting) >= 2
     assert abs(len(calm[0]) - sum(len(c) for c in waiting)) / RATE < 0.06
 
 
@@ -91,19 +95,19 @@ async def test_a_short_segment_goes_exact_in_one_call(engine: EmbeddedEngine) ->
 
 
 async def test_closing_mid_segment_starts_no_more_chunks(engine: EmbeddedEngine) -> None:
-    before = engine.calls
+    before = engine.work["calls"]
     agen = engine.synthesize(SENTENCE, voice=engine.default_voice, speed=1.0, vocoder="frozen")
     first = await anext(agen)
     assert 0 < len(first) / 2 / RATE <= 0.45
     await agen.aclose()
-    closed = engine.calls
+    closed = engine.work["calls"]
     # a short reply through the same one-worker inference pool: whatever the closed stream had
     # left queued runs before it; then the same reply again, alone, for its own count of calls
     await chunks_of(engine, "Sure!", vocoder="frozen")
-    drained = engine.calls
+    drained = engine.work["calls"]
     await chunks_of(engine, "Sure!", vocoder="frozen")
     assert closed - before == 1
-    assert drained - closed == engine.calls - drained  # nothing of the closed stream ran
+    assert drained - closed == engine.work["calls"] - drained  # nothing of the closed stream ran
 
 
 async def test_bad_mode_is_a_bad_request(engine: EmbeddedEngine) -> None:
@@ -119,4 +123,4 @@ async def test_another_voice_streams_once_calibrated(engine: EmbeddedEngine) -> 
     assert len(await chunks_of(engine, voice=voice)) == 1
     assert await engine.wait_vocoder(voice)
     assert voice in engine.vocoder_status["voices"]
-    assert len(await chunks_of(engine, voice=voice)) >= 3
+    assert len(await chunks_of(engine, voice=voice)) >= 2  # streams (two: Policy.batch_rest)

@@ -103,6 +103,7 @@ def test_float_graph_is_cached_by_hash_and_rebuilt_when_damaged(tmp_path: Path) 
         floatgraph.graph_bytes("fp8", lambda: int8, sha)
 
 
+@pytest.mark.slow  # builds float graphs of the real model and runs them beside the int8 one
 def test_fp16_graph_keeps_float32_inputs_outputs_and_the_source_path() -> None:
     from gateway.kokoro.onnx_model import load_model_bytes, shipped_sha256
 
@@ -128,6 +129,7 @@ def test_fp16_graph_keeps_float32_inputs_outputs_and_the_source_path() -> None:
     assert d.lsd_db < 2.0 and d.timbre_db < 0.5, d
 
 
+@pytest.mark.slow  # builds float graphs of the real model and runs them beside the int8 one
 def test_fp32_graph_speaks_like_int8_on_the_same_phonemes() -> None:
     """Same voice (average spectra well under the 2.7 dB between two voices), the duration
     predictor's frames within a few of the int8 graph's (its activations are no longer
@@ -180,7 +182,8 @@ async def test_fp32_streams_inside_a_sentence(tmp_path: Path) -> None:
         text = "The train to the airport leaves from the second platform at eight fifteen tonight, so be early."
         chunks = [c async for c in engine.synthesize(text, voice=engine.default_voice, speed=1.0, vocoder="frozen")]
         samples = np.frombuffer(b"".join(chunks), "<i2")
-        assert len(chunks) >= 3 and samples.size > 3 * 24000 and np.abs(samples).max() > 1000
+        # two on an engine slower than real time: the first chunk, then the rest (Policy.batch_rest)
+        assert len(chunks) >= 2 and samples.size > 3 * 24000 and np.abs(samples).max() > 1000
         assert not any(s.kind in ("scale", "zero_point") for s in engine.vocoder.statistics)  # no int8 left
     finally:
         await engine.aclose()

@@ -29,6 +29,10 @@ pytest.importorskip("kokoro", reason="the kokoro engine needs the torch extra: p
 
 from gateway.engines.kokoro import KokoroEngine  # noqa: E402
 
+# the full-size Kokoro-82M (random weights) on torch, as in test_kokoro_engine: batching must
+# give each session its own audio on the real architecture, so the model is not shrunk
+pytestmark = pytest.mark.slow
+
 # (text, voice, speed): lengths, voices (the folder's pack, two of the store's) and speeds differ
 SESSIONS = [
     ("Hello.", "af_test", 0.5),
@@ -95,9 +99,8 @@ async def test_a_batch_gives_each_session_what_it_gets_alone(model_dir: Path, st
         assert engine.max_concurrency == 3
         together = await asyncio.gather(*(speak(engine, *session) for session in SESSIONS))
         stats = engine.batching
-        # the warm-up alone, then the three sessions in one forward pass
+        # the warm-up alone, then the three sessions in one forward pass: two forward passes in all
         assert (stats["batches"], stats["segments"], stats["largest"], stats["dropped"]) == (2, 4, 3, 0)
-        assert engine.calls == 2
         for got, expected in zip(together, alone):
             assert_same(got, expected)
         server = await start_server(kokoro_settings(model_dir, 3), engine)

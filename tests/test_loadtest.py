@@ -88,7 +88,7 @@ async def test_stalls_are_seen_when_the_engine_is_slower_than_real_time(
 def run_sweep(tmp: Path, rtf: float) -> dict:
     out = tmp / f"rtf{rtf}"
     main(["--engine", "fake", "--set", f"fake_rtf={rtf}", "--set", "max_active_sessions=2",
-          "--set", "max_queued_sessions=32", "--levels", "1,2,4", "--duration", "2", "--format", "pcm",
+          "--set", "max_queued_sessions=32", "--levels", "2,4", "--duration", "1", "--format", "pcm",
           "--text", "please confirm the booking for tonight", "--ttfa-p90-ms", "300", "--safety", "1.0",
           "--out", str(out)])
     return {"result": json.loads((out / "result.json").read_text()), "out": out}

@@ -143,7 +143,7 @@ async def test_a_killed_worker_comes_back_and_the_port_keeps_serving(two_workers
 
 
 async def test_sigterm_drains_every_worker() -> None:
-    server = ServerProcess("serve", *FAKE, "--workers", "2", settings=[*QUIET, "fake_rtf=1.0"])
+    server = ServerProcess("serve", *FAKE, "--workers", "2", settings=[*QUIET, "fake_rtf=0.5"])
     try:
         async with aiohttp.ClientSession() as http:
             async with http.ws_connect(server.url.replace("http://", "ws://") + "/v1/stream/ws") as ws:

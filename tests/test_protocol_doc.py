@@ -210,3 +210,15 @@ def test_every_server_event_is_documented() -> None:
                                   "WebSocket client messages", "Server events", "Error codes"])
 def test_each_table_is_there(name: str) -> None:
     assert table_names(name), f"the '## {name}' section of docs/PROTOCOL.md has no table"
+
+
+def test_voice_fields_are_the_documented_ones() -> None:
+    # a field served in /v1/voices is one the docs explain (and say where its figure comes
+    # from): a `wer` of runs whose write-ups were gone was served and documented as measured
+    from gateway.kokoro.voicecatalog import describe
+
+    served = set(describe("jm_kumo").to_dict())
+    for doc, anchor in (("VOICES.md", "`GET /v1/voices` gives per voice"), ("PROTOCOL.md", "| `GET /v1/voices` |")):
+        text = (Path(gateway.__file__).resolve().parent.parent / "docs" / doc).read_text()
+        passage = text[text.index(anchor):].split(";")[0].split(", and on")[0]
+        assert set(re.findall(r"`([a-z_]+)`", passage)) == served, doc

@@ -237,7 +237,7 @@ async def test_static_files_cannot_escape(fake_server: Server, path: str) -> Non
 
 
 async def test_sigterm_lets_sessions_finish_then_goes_away(http) -> None:
-    server = ServerProcess("serve", "--engine", "fake", settings=["fake_rtf=0.5", "fake_chunk_ms=100", "shutdown_grace_s=4"])
+    server = ServerProcess("serve", "--engine", "fake", settings=["fake_rtf=0.25", "fake_chunk_ms=100", "shutdown_grace_s=2"])
     proc, url = server.proc, server.url
     ws_url = url.replace("http", "ws") + "/v1/stream/ws"
     short = asyncio.create_task(ws_stream(http, ws_url, text="A short reply that finishes within the grace period."))
@@ -258,8 +258,9 @@ async def test_sigterm_lets_sessions_finish_then_goes_away(http) -> None:
 async def test_short_soak_leaves_no_task_behind() -> None:
     from bench.soak import soak
 
-    with ServerProcess("serve", "--engine", "fake", settings=["fake_rtf=0.2", "fake_chunk_ms=100"]) as server:
-        result = await soak(server.url, seconds=4, clients=8)
+    # a quick engine: many short sessions of every kind in two seconds
+    with ServerProcess("serve", "--engine", "fake", settings=["fake_rtf=0.05", "fake_chunk_ms=100"]) as server:
+        result = await soak(server.url, seconds=2, clients=8)
     assert result["sessions"] > 20
     assert result["errors"] == 0, result["outcomes"]
     assert result["tasks_end"] <= result["tasks_start"], result

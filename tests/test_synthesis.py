@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 
 import aiohttp
@@ -44,6 +45,7 @@ async def test_two_sessions_share_one_synthesis(start_server, http) -> None:
     m = await metrics(http, server.url)
     assert metric(m, "tts_synthesis_cache_total", 'outcome="join"') == SEGMENTS
     assert metric(m, "tts_synthesis_cache_total", 'outcome="miss"') == SEGMENTS
+    assert metric(m, "tts_engine_work", 'kind="calls"') == SEGMENTS  # the engine's own count, published
 
 
 async def test_a_sharer_that_cancels_leaves_the_other_whole(start_server, http) -> None:
@@ -141,9 +143,10 @@ def test_engine_rate_follows_recent_calls() -> None:
 async def test_preroll_ms_follows_the_engines_speed(start_server, http, rtf: float, slow: bool) -> None:
     server = await start_server(fake_settings(fake_rtf=rtf, fake_chunk_ms=100))
     await ws_stream(http, server.ws_url, text="Measure the speed first.", options={"format": "pcm"})
-    r = await ws_stream(http, server.ws_url, text=TEXT, options={"format": "pcm"})
+    text = "The first sentence is here. A second one ends the reply."  # short: at RTF 1.5 it is all waiting
+    r = await ws_stream(http, server.ws_url, text=text, options={"format": "pcm"})
     first = r.of("sentence")[0]["preroll_ms"]
-    audio_s = fake_duration_s(TEXT)
+    audio_s = fake_duration_s(text)
     if slow:  # about the deficit, audio x (1 - 1/RTF), with the safety margin on top
         assert audio_s * (1 - 1 / rtf) * 1000 <= first <= audio_s * 1000
     else:
@@ -156,8 +159,11 @@ async def test_preroll_ms_follows_the_engines_speed(start_server, http, rtf: flo
 
 async def test_ready_carries_preroll_ms_for_the_text_it_was_given(start_server, http) -> None:
     server = await start_server(fake_settings(fake_rtf=2.0, fake_chunk_ms=100))
-    r = await sse_stream(http, server.url + "/v1/stream/sse", text=TEXT, format="pcm")
-    ready = r.of("ready")[0]
+    # the first event is all this needs: the reply itself (10 s of compute) is left unread
+    async with http.get(server.url + "/v1/stream/sse", params={"text": TEXT, "format": "pcm"}) as resp:
+        lines = [(await resp.content.readline()).rstrip(b"\r\n") for _ in range(2)]
+    assert lines[0] == b"event: ready" and lines[1].startswith(b"data: ")
+    ready = json.loads(lines[1][len(b"data: "):])
     assert ready["preroll_ms"] > 0 and ready["cache"] is True
 
 

@@ -270,7 +270,8 @@ def test_the_opening_chunk_needs_less_left_context(model: Model, vocoder: Stream
         start, _ = voiced_span(enc.energy, p.lead, p.tail)
         assert start >= p.context  # the lead silence is there to drop
 
-        def chunk(policy: Policy, left: int | None = None) -> tuple[np.ndarray, int]:
+        def chunk(policy: Policy, left: int | None = None, enc: Encoded = enc, style: np.ndarray = style,
+                  start: int = start) -> tuple[np.ndarray, int]:
             runner = ChunkRunner(vocoder._frozen, vocoder._exact, enc, style, vocoder._stats[VOICE], policy)
             return runner.run(start, start + 6, exact=False, left=left)
 
@@ -294,6 +295,42 @@ def test_frozen_first_hands_over_to_the_exact_vocoder_smoothly(model: Model, voc
     assert distance(exact[tail], joined[tail]).timbre_db < 1.0
     cuts = np.cumsum([len(c) for c in chunks])[:-1].tolist()
     assert worst_join_ratio(joined, cuts) < 1.0
+
+
+def slow_machine(vocoder: StreamingVocoder, **changes: object) -> StreamingVocoder:
+    """``vocoder`` under ``changes`` with its own cost lines, seeded 8x slower than real time."""
+    from gateway.kokoro.vocoder.pacing import CostModel
+
+    slow = with_policy(vocoder, **changes)
+    slow.costs, slow.exact_costs = CostModel(), CostModel()
+    for window in (14, 20, 30, 14, 20, 30):
+        slow.costs.observe(window, 0.2 * window)
+    return slow
+
+
+@pytest.mark.slow
+def test_a_slow_engine_batches_the_rest_once_the_first_chunk_is_out(model: Model, vocoder: StreamingVocoder) -> None:
+    # Policy.batch_rest: on an engine slower than real time no chunking keeps the player fed,
+    # so after the opening chunk (the old policy's own: same size, same audio) the rest comes
+    # in one call; frozen-first's is its exact rest, frozen's one frozen call.
+    tokens, style = inputs(model, TURN)
+    old_policy = {"batch_rest": False, "sizes": (6, 8, 12, 16, 24, 32, 48)}
+    exact = next(iter(vocoder.synthesize_chunks(tokens, style, 1.0, VOICE, mode="exact")))
+    for mode in ("frozen-first", "frozen"):
+        new = list(slow_machine(vocoder).synthesize_chunks(tokens, style, 1.0, VOICE, mode=mode))
+        old = list(slow_machine(vocoder, **old_policy).synthesize_chunks(tokens, style, 1.0, VOICE, mode=mode))
+        assert len(new) == 2 and len(old) >= 4, (mode, len(new), len(old))
+        # the first audio is the same call's: only the part held back for the fade differs
+        assert np.array_equal(new[0], old[0][: len(new[0])])
+        joined, before = np.concatenate(new), np.concatenate(old)
+        assert len(joined) == len(before) == len(exact)
+        assert worst_join_ratio(joined, [len(new[0])]) < 1.0
+        if mode == "frozen":  # the chunked-vs-unchunked bound (test above)
+            d = distance(before, joined)
+            assert d.lsd_db < 4.5 and d.timbre_db < 0.3 and abs(d.loudness_db) < 0.25, d.row()
+        else:  # the rest is the exact vocoder's: within the hand-over bound of the whole model
+            tail = slice(40 * FRAME, None)
+            assert distance(exact[tail], joined[tail]).timbre_db < 1.0
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import socket
 import threading
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 from .base import AgentError, AgentTimeout, AgentUnavailable, Message, redact
 
@@ -35,7 +35,7 @@ class BedrockConverse:
         self.max_tokens = max_tokens
         wait = timeout_s if timeout_s > 0 else 60.0
         config = Config(connect_timeout=wait, read_timeout=wait, retries={"total_max_attempts": 1})
-        self._make_client = lambda: boto3.client("bedrock-runtime", region_name=region or None,
+        self._make_client: Callable[[], Any] = lambda: boto3.client("bedrock-runtime", region_name=region or None,
                                                  endpoint_url=endpoint_url or None, config=config)
         self._client: Any = None
         self._lock = threading.Lock()

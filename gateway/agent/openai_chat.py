@@ -4,6 +4,8 @@
 Each ``data:`` event's ``choices[0].delta.content`` is yielded the moment it arrives; the
 stream ends at ``data: [DONE]``. The key (from the environment variable ``agent_api_key_env``)
 goes only into the ``Authorization`` header: never into a message, an event or a log line.
+Anything else the server sends (a chunk of another shape, bytes that are not UTF-8, a body
+that is not JSON, a connection reset) is an ``AgentError`` naming it, redacted and cut short.
 """
 from __future__ import annotations
 
@@ -54,22 +56,25 @@ class OpenAIChat:
         except (aiohttp.ClientError, OSError) as exc:
             raise AgentUnavailable(f"cannot reach the model server at {self.url}: {type(exc).__name__}") from None
         async with resp:
-            if resp.status >= 400:
-                raise AgentError(f"the model server answered {resp.status}: {self._clean(await resp.text())}")
+            # whatever the server sends (a reset, bytes that are not UTF-8, JSON of any shape)
+            # ends here as the agent's own error, never as another exception
             try:
+                if resp.status >= 400:
+                    text = (await resp.read()).decode("utf-8", "replace")
+                    raise AgentError(f"the model server answered {resp.status}: {self._clean(text)}")
                 if resp.content_type == "application/json":  # a server that does not stream
-                    yield _message_text(await resp.json(), self)
+                    yield _message_text(_json(await resp.read(), self), self)
                     return
                 async for delta in self._deltas(resp):
                     yield delta
-            except (aiohttp.ClientError, OSError) as exc:
+            except (aiohttp.ClientError, OSError) as exc:  # a reset, a read timeout
                 raise AgentError(f"the model's stream broke mid-reply: {type(exc).__name__}") from None
 
     async def _deltas(self, resp: aiohttp.ClientResponse) -> AsyncIterator[str]:
         data: list[str] = []
         finished = False
         async for raw in resp.content:
-            line = raw.decode("utf-8", "replace").rstrip("\r\n")
+            line = _utf8(raw, self).rstrip("\r\n")
             if line.startswith("data:"):
                 data.append(line[5:].removeprefix(" "))
                 continue
@@ -78,32 +83,63 @@ class OpenAIChat:
             payload, data = "\n".join(data), []
             if payload.strip() == "[DONE]":
                 return
-            chunk = self._parse(payload)
-            for choice in chunk.get("choices") or []:
-                if text := (choice.get("delta") or {}).get("content"):
-                    yield text
-                finished = finished or bool(choice.get("finish_reason"))
+            texts, done = _chunk_deltas(self._parse(payload), self)
+            for text in texts:
+                yield text
+            finished = finished or done
         if not finished:
             raise AgentError("the model's stream ended mid-reply (no [DONE])")
 
     def _parse(self, payload: str) -> dict[str, Any]:
-        try:
-            chunk = json.loads(payload)
-        except json.JSONDecodeError:
-            raise AgentError(f"the model server sent an event that is not JSON: {self._clean(payload)}") from None
+        chunk = _json(payload, self)
         if not isinstance(chunk, dict):
             raise AgentError("the model server sent an event that is not a JSON object")
         if err := chunk.get("error"):
-            message = err.get("message", "") if isinstance(err, dict) else str(err)
-            raise AgentError(f"the model failed mid-reply: {self._clean(message)}")
+            message = err.get("message", "") if isinstance(err, dict) else err
+            raise AgentError(f"the model failed mid-reply: {self._clean(str(message))}")
         return chunk
 
     def _clean(self, text: str) -> str:
         return redact(text, self._key)
 
 
+def _utf8(raw: bytes, chat: OpenAIChat) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise AgentError(f"the model server sent bytes that are not UTF-8: {chat._clean(repr(raw))}") from None
+
+
+def _json(payload: str | bytes, chat: OpenAIChat) -> Any:
+    text = _utf8(payload, chat) if isinstance(payload, bytes) else payload
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):  # not JSON, nested too deep, an integer too long
+        raise AgentError(f"the model server sent an event that is not JSON: {chat._clean(text)}") from None
+
+
+def _chunk_deltas(chunk: dict[str, Any], chat: OpenAIChat) -> tuple[list[str], bool]:
+    """The text deltas of one streamed chunk, and whether a choice finished; an error for any
+    other shape than ``{"choices": [{"delta": {"content": str}, "finish_reason": ...}]}``."""
+    choices = chunk.get("choices") or []
+    texts: list[str] = []
+    finished = False
+    for choice in choices if isinstance(choices, list) else [choices]:
+        delta = (choice.get("delta") or {}) if isinstance(choice, dict) else None
+        content = delta.get("content") if isinstance(delta, dict) else None
+        if not isinstance(delta, dict) or not isinstance(content, (str, type(None))):
+            raise AgentError(f"the model server sent a chunk of an unknown shape: {chat._clean(json.dumps(chunk))}")
+        if content:
+            texts.append(content)
+        finished = finished or bool(choice.get("finish_reason"))
+    return texts, finished
+
+
 def _message_text(body: Any, chat: OpenAIChat) -> str:
     try:
-        return str(body["choices"][0]["message"]["content"] or "")
+        content = body["choices"][0]["message"]["content"]
     except (KeyError, IndexError, TypeError):
         raise AgentError(f"the model server's answer has no choices[0].message: {chat._clean(json.dumps(body))}") from None
+    if not isinstance(content, (str, type(None))):
+        raise AgentError(f"the model server's answer is not text: {chat._clean(json.dumps(body))}")
+    return content or ""

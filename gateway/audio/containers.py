@@ -9,7 +9,6 @@ is written into a seekable buffer and carries it.
 from __future__ import annotations
 
 import io
-from typing import Any
 
 import numpy as np
 
@@ -51,11 +50,14 @@ class ContainerEncoder:
         muxer, codec, self.content_type, has_bitrate = CONTAINERS[fmt]
         self.format, self.sample_rate, self.bitrate = fmt, sample_rate, bitrate
         self._av = av
-        self._out: Any = io.BytesIO() if seekable else _Sink()
+        self._out: io.BytesIO | _Sink = io.BytesIO() if seekable else _Sink()
         # Ogg pages of at most 100 ms (ffmpeg's default is 1 s), so a streamed sentence leaves soon
         options = {"page_duration": "100000"} if muxer == "ogg" else {}
         self._container = av.open(self._out, "w", format=muxer, options=options)
-        self._stream = self._container.add_stream(codec, rate=sample_rate, layout="mono")
+        stream = self._container.add_stream(codec, rate=sample_rate, layout="mono")
+        if not isinstance(stream, av.AudioStream):  # CONTAINERS names audio codecs only
+            raise TypeError(f"{codec} is not an audio codec")
+        self._stream = stream
         if has_bitrate:
             self._stream.bit_rate = bitrate * 1000
         self._pts = 0

@@ -38,7 +38,7 @@ def decode_audio(data: bytes, fmt: str, *, sample_rate: int = 24000) -> DecodedA
 
     parts: list[np.ndarray] = []
     rate = 0
-    with av.open(io.BytesIO(data), format=_DEMUXERS[fmt]) as container:
+    with av.open(io.BytesIO(data), "r", format=_DEMUXERS[fmt]) as container:
         for frame in container.decode(audio=0):
             rate = frame.sample_rate
             parts.append(_mono_float(frame.to_ndarray(), frame.format.name))
@@ -55,7 +55,8 @@ def _mono_float(array: np.ndarray, sample_format: str) -> np.ndarray:
     else:
         array = array.astype(np.float32)
     if array.ndim == 2 and array.shape[0] > 1:  # planar, several channels
-        return array.mean(axis=0)
+        mono: np.ndarray = array.mean(axis=0)
+        return mono
     return array.reshape(-1)
 
 

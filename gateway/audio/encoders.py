@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import logging
 import struct
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import lameenc
 import numpy as np
 
 from . import g711, webm
 from .mp3 import FrameAligner, Mp3FormatError, mp3_bitrates
+
+if TYPE_CHECKING:
+    import av
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +45,12 @@ class Encoder(Protocol):
     format: str
     sample_rate: int
     bitrate: int  # kbps (for pcm and wav: the raw PCM rate)
-    #: samples a player hears before the first one encoded (the codec's lead-in it keeps)
-    delay_samples: int
+
+    @property
+    def delay_samples(self) -> float:
+        """Samples a player hears before the first one encoded (the codec's lead-in it keeps); a
+        resampling encoder counts them at its input rate, in fractions."""
+        ...
 
     def encode(self, pcm: bytes) -> bytes:
         """s16le mono in; out: bytes ready to send now (mp3: whole frames only)."""
@@ -199,18 +206,23 @@ class OpusEncoder:
         ctx.bit_rate = bitrate * 1000
         ctx.open()
         self._ctx = ctx
+        head = ctx.extradata  # OpusHead, made by open()
+        if head is None:
+            raise RuntimeError("libopus gave no OpusHead")
         # OpusHead's pre-skip (at 48 kHz): the first packet starts this far before zero
-        self._preskip_48k = int.from_bytes(bytes(ctx.extradata)[10:12], "little")
+        self._preskip_48k = int.from_bytes(head[10:12], "little")
         self._head: bytes | None = webm.header(
-            bytes(ctx.extradata), channels=1,
+            bytes(head), channels=1,
             codec_delay_ns=self._preskip_48k * 1_000_000_000 // 48000)
         self._pts = 0
         self._samples = _Samples()
 
-    def _blocks(self, packets: list) -> bytes:
+    def _blocks(self, packets: list[av.Packet[Any]]) -> bytes:
         offset = self._preskip_48k * self.sample_rate // 48000
         blocks = []
         for packet in packets:
+            if packet.pts is None or packet.duration is None:
+                raise RuntimeError("libopus gave a packet without its timing")
             start = packet.pts + offset  # in samples at sample_rate, from the stream's start
             padding = self._ctx.frame_size - packet.duration  # only the last packet is short
             blocks.append(webm.Block(

@@ -50,14 +50,15 @@ def _alaw_decode_table() -> np.ndarray:
 
 
 # indexed by the sample's 16 bits read as unsigned (so -32768 is index 0x8000)
-_ENCODE = {"ulaw": np.roll(_ulaw_table(), -32768), "alaw": np.roll(_alaw_table(), -32768)}
+_ENCODE: dict[str, np.ndarray] = {"ulaw": np.roll(_ulaw_table(), -32768), "alaw": np.roll(_alaw_table(), -32768)}
 _DECODE = {"ulaw": _ulaw_decode_table(), "alaw": _alaw_decode_table()}
 
 
 def encode(law: str, pcm: bytes) -> bytes:
     """s16le samples -> one G.711 byte each."""
     samples = np.frombuffer(pcm, dtype="<i2").view("<u2")
-    return _ENCODE[law][samples].tobytes()
+    encoded: np.ndarray = _ENCODE[law][samples]
+    return encoded.tobytes()
 
 
 def decode(law: str, data: bytes) -> bytes:

@@ -31,11 +31,15 @@ class Resampler:
         data, self._odd = data[:cut], data[cut:]
         if not data:
             return b""
-        return self._stream.resample_chunk(np.frombuffer(data, "<i2")).astype("<i2").tobytes()
+        return _s16(self._stream.resample_chunk(np.frombuffer(data, "<i2")))
 
     def flush(self) -> bytes:
         """The samples still held in the filter: the end of the reply."""
-        return self._stream.resample_chunk(np.zeros(0, np.int16), last=True).astype("<i2").tobytes()
+        return _s16(self._stream.resample_chunk(np.zeros(0, np.int16), last=True))
+
+
+def _s16(samples: np.ndarray) -> bytes:
+    return samples.astype("<i2").tobytes()
 
 
 class ResamplingEncoder:

@@ -1,7 +1,7 @@
 """Batch synthesis: the whole reply synthesized, then returned in one piece.
 
 It drains the same pipeline as the streaming channels (``pipeline.py``), through the same hub
-(shared flights, the cache, the live speed, one engine timeout), with nobody listening yet: no
+(shared flights, the cache, the engine rate, one engine timeout), with nobody listening yet: no
 waits for a listener, no first-clause cut, and the exact vocoder (nobody hears anything before
 the end: streaming inside a segment would only add compute). ``POST /v1/audio/speech``
 (OpenAI-compatible, also with ``stream: true``), the model container's ``POST /invocations``
@@ -11,21 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import AsyncIterator, Callable
+from typing import AsyncGenerator, Callable
 
 from ..audio.encoders import Encoder
 from ..config import Settings
-from .options import StreamOptions, vocoder_mode
+from .options import StreamOptions
 from .pipeline import OUT_EVENTS, Event, Pipeline
 from .synthesis import SynthesisHub
 
 
 async def drain(hub: SynthesisHub, options: StreamOptions, settings: Settings, *, live: bool = False,
-                encoder: Callable[[], Encoder] | None = None) -> AsyncIterator[bytes]:
+                encoder: Callable[[], Encoder] | None = None) -> AsyncGenerator[bytes, None]:
     """The audio payloads of ``options.text`` in order, as the pipeline makes them. ``live``:
     someone listens as they come (the schedule of a streaming session). Raises the
     ``GatewayError`` that ended the reply; leaving early stops the synthesis."""
-    vocoder = vocoder_mode(options.vocoder, hub.engine.capabilities, live=live)
+    vocoder = hub.engine.capabilities.vocoder_for(options.vocoder, live=live)
     if not live:
         options = dataclasses.replace(options, first_clause=False)
     out: asyncio.Queue[Event] = asyncio.Queue(maxsize=OUT_EVENTS)

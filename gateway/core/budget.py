@@ -34,20 +34,20 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
-from .edf import HORIZON_S, Job, Stream, edf, forecast, late, newcomer
+from .edf import HORIZON_S, SEGMENT_S, TYPICAL_AUDIO_S, Job, Stream, edf, forecast, late, newcomer, planned, still_open
 from ..errors import Overloaded
+from ..kokoro.vocoder.modes import VocoderMode
 
 if TYPE_CHECKING:
     from ..config import Settings
     from .scheduler import EngineScheduler
     from .engine_rate import EngineRate
 
-__all__ = ["ADMIT", "Budget", "Job", "Member", "Stream", "Verdict", "edf", "late", "newcomer", "planned"]
+__all__ = ["ADMIT", "SEGMENT_S", "TYPICAL_AUDIO_S", "Budget", "Job", "Member", "Stream", "Verdict", "edf", "late",
+           "newcomer", "planned", "still_open"]
 
 log = logging.getLogger(__name__)
 
-TYPICAL_AUDIO_S = 8.0  # a reply whose text is not known yet (a WebSocket before its text)
-SEGMENT_S = 3.0  # ... cut into segments of about this much audio
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,14 +94,6 @@ class Member(Protocol):
         ...
 
 
-def planned(audio: Sequence[float]) -> list[float]:
-    """``audio`` itself, or a nominal reply's segments when it is not known yet."""
-    if audio:
-        return list(audio)
-    n = max(1, round(TYPICAL_AUDIO_S / SEGMENT_S))
-    return [TYPICAL_AUDIO_S / n] * n
-
-
 class Budget:
     """The admitted members, the queue of those waiting, and the verdict for a newcomer."""
 
@@ -115,17 +107,25 @@ class Budget:
         self.enabled = True  # off: everyone is admitted at once (the model container)
         self.members: list[Member] = []
         self.queue: list[object] = []  # tickets of members waiting, first come first
+        self.expected: list[Member] = []  # sessions told to wait, from their verdict until they enter
         self._changed = asyncio.Event()
 
     # -- the state ------------------------------------------------------------------------
     def add(self, member: Member) -> None:
         if member not in self.members:
             self.members.append(member)
+        self.expected = [m for m in self.expected if m is not member]
         self.changed()
+
+    def expect(self, member: Member) -> None:
+        """A session told to wait: its work is ahead of every later newcomer's until it enters."""
+        if member not in self.expected:
+            self.expected.append(member)
 
     def remove(self, member: Member) -> None:
         if member in self.members:
             self.members.remove(member)
+        self.expected = [m for m in self.expected if m is not member]
         self.changed()
 
     def changed(self) -> None:
@@ -145,17 +145,19 @@ class Budget:
         never makes anyone wait."""
         return min(self.scheduler.slots, len(self.members) + len(self.scheduler.running) + 1)
 
-    def streams(self, exclude: object = None, key: ShareKey | None = None) -> tuple[list[Stream], list[float]]:
+    def streams(self, exclude: object = None, key: ShareKey | None = None,
+                queued: bool = False) -> tuple[list[Stream], list[float]]:
         """Every member's remaining work now, and when each slot is free. Members sharing
         their synthesis count once; ``exclude`` (a member or its listener) and the members it
-        shares with, or that share ``key``, are left out."""
+        shares with, or that share ``key``, are left out. ``queued``: the sessions waiting in the
+        queue count too (all of them are ahead of a newcomer)."""
         now = self.clock()
         if key is None and exclude is not None:
             key = next((_key_of(m) for m in self.members if exclude in (m, getattr(m, "listener", m))), None)
         counted: list[ShareKey | None] = [key]
         left_out: set[int] = set()  # listeners whose work is the one left out's own
         members = []
-        for m in self.members:
+        for m in [*self.members, *(self.expected if queued else ())]:
             listener, mine = getattr(m, "listener", m), _key_of(m)
             if (exclude is not None and exclude in (m, listener)) or any(shares(mine, k) for k in counted):
                 left_out.add(id(listener))  # left out, or its work is a twin's
@@ -220,32 +222,40 @@ class Budget:
         k = self.safety()
         return [k * self.engine_rate.predict(mode, a) for a in audio], audio
 
+    def first_fraction(self, mode: str | None) -> float:
+        """How a segment's audio arrives in the forecasts across listeners: streamed from this
+        share of its call on, or whole (1). ``frozen-first`` counts as whole: it streams only
+        while the engine has headroom (``Listener.mode_for``), which others may take."""
+        return 1.0 if mode == VocoderMode.FROZEN_FIRST else self.engine_rate.first_fraction(mode)
+
     def verdict(self, audio: Sequence[float], mode: str | None, exclude: object = None,
-                key: ShareKey | None = None) -> Verdict:
+                key: ShareKey | None = None, queued: bool = False) -> Verdict:
         """Start forecast for a reply of ``audio`` segments; one that shares its synthesis with
         an admitted reply (``key``) starts with it and adds no work."""
         if (twin := self.twin_start(key)) is not None:
             return Verdict(twin, twin, 0.0)
         work, seg_audio = self.plan(audio, mode)
-        others, free = self.streams(exclude) if self.contended() else ([], [0.0])
-        start, alone = forecast(others, work, seg_audio, free)
+        others, free = self.streams(exclude, queued=queued) if self.contended() else ([], [0.0])
+        start, alone = forecast(others, work, seg_audio, free, self.first_fraction(mode))
         limit = max(self.max_start_s, alone)
         return Verdict(start, alone, 0.0 if start <= limit + 1e-6 else start - limit)
 
-    def admit(self, audio: Sequence[float], mode: str | None, key: ShareKey | None = None) -> Verdict:
+    def admit(self, audio: Sequence[float], mode: str | None, key: ShareKey | None = None,
+              exclude: object = None, tentative: bool = False) -> Verdict:
         """The verdict for a new session (``audio``: its segments' forecast audio; empty: not
-        known yet, a nominal reply), or ``Overloaded`` when it must be refused. A session whose
+        known yet, a nominal reply), or ``Overloaded`` when it must be refused (``tentative``: the
+        caller decides again later, so the refusal is not logged as one). A session whose
         ``key`` an admitted member shares (the same text, voice, speed and vocoder mode, the
         cache on: "Play both") adds no engine work: the hub synthesizes it once for both."""
         if not self.enabled:
             return ADMIT
-        v = self.verdict(audio, mode, key=key)
+        v = self.verdict(audio, mode, exclude, key, queued=True)  # behind those already waiting
         if v.wait_s == 0.0 and (not self.queue or self.twin_start(key) is not None):  # a twin adds no work
             return v
         wait = v.wait_s if v.wait_s > 0 else self.max_start_s  # behind the queue: at least one turn
         if wait > self.queue_timeout_s or len(self.queue) >= self.max_queued:
             retry = wait if math.isfinite(wait) else self.queue_timeout_s
-            log.warning("refused a listener: forecast start %.2f s (%.2f s alone), %d listeners, %d queued, "
+            log.log(logging.DEBUG if tentative else logging.WARNING, "refused a listener: forecast start %.2f s (%.2f s alone), %d listeners, %d queued, "
                         "load %.2f", v.start_s, v.alone_s, len(self.members), len(self.queue), self.load())
             raise Overloaded(f"the engine is fully booked: a new listener could start in {retry:.1f} s at the "
                              f"earliest (limit {self.max_start_s:g} s); retry then",

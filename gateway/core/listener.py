@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from .budget import Job, Stream, edf, share_key
+from .budget import Stream, share_key
+from .edf import SLACK_S, Job, job, late, pieces, play, reached
 from ..config import Settings
 from .options import StreamOptions
 from .margins import needed_stretch, scaled
@@ -62,13 +64,24 @@ class Listener:
         # stretch), and the arrivals since: what the margins learn from
         self.plan: tuple[Callable[[float], float], float, str] | None = None
         self.arrivals: list[tuple[float, float]] = []
+        self.more: Callable[[], bool] = lambda: False  # another segment is cut and waits (the pipeline's)
 
     def made(self, samples: int) -> None:
         self.samples += samples
         self.segment_samples += samples
         if self.plan is not None:
             self.arrivals.append((self.clock() - self.plan[1], samples / self.sample_rate))
-        if self.t_play is None and self.samples / self.sample_rate >= self.preroll_told_s - 1e-9:
+        self._check_start()
+
+    def tell(self, preroll_s: float) -> None:
+        """The player was told to hold ``preroll_s`` (before it starts; later figures are for
+        a player that ran dry): one that holds that much already starts now."""
+        if self.t_play is None:
+            self.preroll_told_s = preroll_s
+            self._check_start()
+
+    def _check_start(self) -> None:
+        if self.t_play is None and self.samples and self.samples / self.sample_rate >= self.preroll_told_s - 1e-9:
             self.t_play = self.clock()
 
     def first_audio(self) -> None:
@@ -84,37 +97,71 @@ class Listener:
         base = self.t_play if self.t_play is not None else self.promised_start
         return (base if base is not None else self.t_created) + made
 
-    def stream(self, audio: Sequence[float], now: float, running: float | None, current: bool) -> Stream:
+    def next_deadline(self, call_audio_s: float) -> float | None:
+        """When the listener runs dry once the call that just ended (``call_audio_s`` of audio,
+        some of it counted already) is in, if another segment is ready to go; else None."""
+        if not self.more():
+            return None
+        return self.deadline() + max(0.0, call_audio_s - self.segment_samples / self.sample_rate)
+
+    def stream(self, audio: Sequence[float], now: float, running: float | None, current: bool,
+               anchored: bool = True) -> Stream:
         """The engine work of segments of ``audio`` s (``audio[0]`` the segment being made when
         ``current``), each due when the listener would run dry without it; ``running``: the
-        compute left in this listener's call on the engine now."""
+        compute left in this listener's call on the engine now. ``anchored``: a player that has
+        not started yet starts once it holds its preroll, whenever that audio comes (``edf.play``);
+        else at the start planned for it."""
         rate, mode = self.engine_rate, self.later_mode()
-        k = self.budget.safety() if self.budget is not None else rate.safety(self.settings.preroll_safety)
+        if self.budget is not None:
+            k, fraction = self.budget.safety(), self.budget.first_fraction(mode)
+        else:
+            k, fraction = rate.safety(self.settings.preroll_safety), rate.first_fraction(mode)
         due, release, jobs = self.deadline() - now, 0.0, []
         for i, a in enumerate(audio):
             left = max(0.0, a - self.segment_samples / self.sample_rate) if i == 0 and current else a
             if i == 0 and current and running is not None:
                 release = running  # on the engine now: its slot is busy that long
             elif a > 0:
-                jobs.append(Job(k * rate.predict(mode, a) * left / a, due, left))
+                jobs.append(job(k * rate.predict(mode, a) * left / a, due, left, fraction))
             due += left
+        if anchored and self.live and self.t_play is None and not self.options.buffered_s:
+            first = job(k * rate.predict(mode, audio[0]), 0.0, audio[0], fraction) if audio else None
+            return self._anchored(tuple(jobs), release, now, first if current and running is not None else None)
         return Stream(tuple(jobs), release)
+
+    def _anchored(self, jobs: tuple[Job, ...], release: float, now: float, running: Job | None) -> Stream:
+        """``jobs`` of a player that has not started: it starts once it holds the preroll it was
+        told. Where the call on the engine now (``running``, ending at ``release``) brings that
+        much, the start is known: the deadlines move to it; else ``edf.play`` finds it."""
+        made = self.samples / self.sample_rate
+        anchor, need = self.deadline() - now - made, max(0.0, self.preroll_told_s - made)
+        if running is not None:
+            in_segment = self.segment_samples / self.sample_rate
+            at = reached(release - running.work_s, running, need + in_segment)
+            if at is not None:
+                shift = max(0.0, at) - anchor
+                return Stream(tuple(replace(j, deadline=j.deadline + shift) for j in jobs), release)
+            need = max(0.0, need - max(0.0, running.audio_s - in_segment))
+        return Stream(jobs, release, need, anchor)
 
     def audio_of(self, texts: Sequence[str]) -> list[float]:
         return [self.engine_rate.audio_s(t, self.options.speed) for t in texts]
 
     def buffered_s(self) -> float:
-        """Audio made for the listener that they have not heard yet (0 before the first):
-        a player that starts at the first payload and plays in real time. With the option
-        ``buffered_s`` (audio the listener held before this reply), that plays first."""
+        """Audio made for the listener that they have not heard yet: all of it until their
+        player starts (once it holds the preroll it was told: ``t_play``), then what is ahead
+        of real-time playback from that start. (Counting only what was ahead of a start at the
+        first payload told a player still holding its first short segment to start at once,
+        and it ran dry: ``bench listeners`` N=2.) With the option ``buffered_s`` (audio the
+        listener held before this reply), that plays first."""
         if not self.live:
             return 0.0
         made = self.samples / self.sample_rate
         if held := self.options.buffered_s:
             return max(0.0, held + made - (self.clock() - self.t_created))
-        if self.t_first_audio is None:
-            return 0.0
-        return max(0.0, made - (self.clock() - self.t_first_audio))
+        if self.t_play is None:
+            return made
+        return max(0.0, made - (self.clock() - self.t_play))
 
     def mode_for(self, text: str) -> str | None:
         """The vocoder mode for this segment. ``frozen-first`` streams inside a segment only
@@ -157,8 +204,7 @@ class Listener:
             self.plan = self._plan(texts, modes, mode)
         ms = (round(1000 * shared) if shared is not None else
               preroll_ms(self.engine_rate, self.settings, self.options.speed, texts, self.buffered_s(), modes))
-        if self.t_play is None:
-            self.preroll_told_s = ms / 1000
+        self.tell(ms / 1000)
         return ms
 
     def learn(self) -> None:
@@ -172,8 +218,8 @@ class Listener:
               mode: str | None) -> tuple[Callable[[float], float], float, str]:
         """The forecast a reply starts with, as the preroll it gives at each stretch."""
         if (shared := self._shared_pieces(texts)) is not None:
-            pieces, k = shared
-            return (lambda s: preroll_from(scaled(pieces, s / k))), self.clock(), SHARED
+            got, k = shared
+            return (lambda s: preroll_from(scaled(got, s / k))), self.clock(), SHARED
         segments = forecast(texts, modes, self.engine_rate, self.options.speed)
         return (lambda s: preroll_s(segments, 0.0, s)), self.clock(), mode or DEFAULT
 
@@ -184,9 +230,9 @@ class Listener:
         shared = self._shared_pieces(texts)
         if shared is None:
             return None
-        pieces, k = shared
+        got, k = shared
         learned = self.engine_rate.margins.factor(SHARED)  # (never under the budget's own: its promises)
-        return preroll_from(scaled(pieces, learned / k) if learned and learned > k else pieces, self.buffered_s())
+        return preroll_from(scaled(got, learned / k) if learned and learned > k else got, self.buffered_s())
 
     def _shared_pieces(self, texts: Sequence[str]) -> tuple[list[tuple[float, float, float]], float] | None:
         """(arrival, audio, position) of this reply's segments where the scheduler will serve
@@ -198,13 +244,28 @@ class Listener:
         others, free = self.budget.streams(exclude=self, key=key)
         if not others and not any(free):
             return None
-        mine = self.stream(self.audio_of(texts), self.clock(), None, current=False)
-        finish = edf([*others, mine], free or [0.0])[-1]
-        pieces, position = [], 0.0
-        for job, at in zip(mine.jobs, finish):
-            pieces.append((at, job.audio_s, position))
-            position += job.audio_s
-        return pieces, self.budget.safety()
+        now, free = self.clock(), free or [0.0]
+        mine = self.stream(self.audio_of(texts), now, None, current=False, anchored=False)
+        finish, shift = play([*others, mine], free)
+        got = pieces(mine, finish[-1])
+        if self.t_play is None and not o.buffered_s:  # the player starts once it holds the preroll,
+            # whenever that comes, and the scheduler follows: the smallest hold that keeps it
+            # gapless and the others no later than its planned start does
+            base = [late(s, f, d) for s, f, d in zip(others, finish, shift)]
+            held = self.buffered_s()
+            anchor = self.deadline() - now - held
+            for _ in range(8):
+                hold = preroll_from(got, held)
+                stream = replace(mine, hold_s=max(0.0, hold - held), anchor_s=anchor)
+                finish, shift = play([*others, stream], free)
+                if late(stream, finish[-1], shift[-1]) <= 1e-3 and all(
+                        late(s, f, d) <= max(b, 0.0) + SLACK_S for s, f, d, b in zip(others, finish, shift, base)):
+                    break
+                later = pieces(mine, finish[-1])
+                if preroll_from(later, held) <= hold + 1e-3:
+                    later = [(at + 0.25, audio, pos) for at, audio, pos in got]  # others: hold longer
+                got = later
+        return got, self.budget.safety()
 
     async def wait(self, pending: Sequence[str]) -> None:
         """Far enough ahead of the listener (``lookahead_s`` beyond what the next segments are
@@ -218,3 +279,4 @@ class Listener:
         excess = self.buffered_s() - horizon - rate.safety(self.settings.preroll_safety) * need
         if excess > 0:
             await asyncio.sleep(excess)
+

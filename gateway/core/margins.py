@@ -14,6 +14,7 @@ before that, the caller's fixed rule stands.
 """
 from __future__ import annotations
 
+import math
 from typing import Callable, Iterable, Sequence
 
 from .schedule import oracle_start
@@ -69,7 +70,7 @@ class Margins:
             return None
         w, s, sq = self._sums[bucket]
         mean = s / w
-        spread = max(0.0, sq / w - mean * mean) ** 0.5
+        spread = math.sqrt(max(0.0, sq / w - mean * mean))
         return min(HIGH, max(LOW, mean + 2.0 * spread))
 
     def snapshot(self) -> dict[str, float]:

@@ -15,14 +15,13 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..kokoro import voicecatalog
-from ..kokoro.vocoder.modes import VocoderMode
 from ..audio.encoders import OPUS_SAMPLE_RATES
 from ..audio.g711 import LAWS
 from ..audio.mp3 import mp3_bitrates
 from ..audio.resample import SAMPLE_RATES
 from ..config import Settings
 from ..engines.base import Capabilities, Engine
-from ..errors import BadRequest, PayloadTooLarge
+from ..errors import BadRequest, PayloadTooLarge, quoted
 
 FORMATS = ("mp3", "pcm", "wav", "opus", "ulaw", "alaw")
 G711_RATE = 8000  # ulaw and alaw unless asked otherwise: the telephone's rate
@@ -71,7 +70,7 @@ def _number(raw: Mapping[str, Any], name: str, default: float) -> float:
     except (TypeError, ValueError, OverflowError):  # OverflowError: an int past a float's range
         number = math.nan
     if number != number:  # not a number, or NaN
-        raise BadRequest(f"{name} must be a number, got {value!r:.80}", code="invalid_option")
+        raise BadRequest(f"{name} must be a number, got {quoted(value)}", code="invalid_option")
     return number
 
 
@@ -87,7 +86,7 @@ def parse_chunking(value: Any) -> int:
         if 1 <= n <= 1 << 20:
             return n
     raise BadRequest(
-        f"chunking must be 'frames' or 'bytes:N' with 1 <= N <= 1048576, got {value!r}",
+        f"chunking must be 'frames' or 'bytes:N' with 1 <= N <= 1048576, got {quoted(value)}",
         code="invalid_option",
     )
 
@@ -98,7 +97,7 @@ def parse_bool(value: Any, name: str) -> bool:
         return True
     if text in {"0", "false", "no", "off"}:
         return False
-    raise BadRequest(f"{name} must be true or false, got {value!r}", code="invalid_option")
+    raise BadRequest(f"{name} must be true or false, got {quoted(value)}", code="invalid_option")
 
 
 def check_voice(caps: Capabilities, voice: str) -> str:
@@ -108,7 +107,7 @@ def check_voice(caps: Capabilities, voice: str) -> str:
     if caps.blends:
         return voicecatalog.resolve(voice, known)
     if voice not in known:
-        raise BadRequest(f"unknown voice {voice!r}; choose one of {', '.join(sorted(known))}", code="unknown_voice")
+        raise BadRequest(f"unknown voice {quoted(voice)}; choose one of {', '.join(sorted(known))}", code="unknown_voice")
     return voice
 
 
@@ -119,15 +118,6 @@ def check_speed(caps: Capabilities, speed: float) -> float:
     return speed
 
 
-def vocoder_mode(asked: str, caps: Capabilities, *, live: bool = True) -> str | None:
-    """The one place a reply's vocoder mode is resolved: the mode asked for (``vocoder``); else,
-    for a live listener, the engine's declared default; else, for a whole file (nobody waits
-    on it), exact. None where the engine has no modes."""
-    if asked or not caps.vocoder_modes:
-        return asked or None
-    return caps.default_vocoder if live else VocoderMode.EXACT
-
-
 def check_vocoder(caps: Capabilities, engine_name: str, vocoder: str) -> str:
     """A ``vocoder`` mode the engine declares ("" stays "": the engine's default)."""
     if not vocoder:
@@ -136,7 +126,7 @@ def check_vocoder(caps: Capabilities, engine_name: str, vocoder: str) -> str:
         raise BadRequest(f"vocoder: the {engine_name} engine cannot stream inside a sentence "
                          "(only the embedded engine with embedded_vocoder on can)", code="invalid_option")
     if vocoder not in caps.vocoder_modes:
-        raise BadRequest(f"vocoder must be one of {', '.join(caps.vocoder_modes)}, got {vocoder!r}",
+        raise BadRequest(f"vocoder must be one of {', '.join(caps.vocoder_modes)}, got {quoted(vocoder)}",
                          code="invalid_option")
     return vocoder
 
@@ -148,12 +138,12 @@ def parse_options(raw: Mapping[str, Any], settings: Settings, engine: Engine) ->
     speed = check_speed(caps, _number(raw, "speed", 1.0))
     fmt = str(raw.get("format") or raw.get("response_format") or settings.default_format).lower()
     if fmt not in FORMATS:
-        raise BadRequest(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}", code="unknown_format")
+        raise BadRequest(f"unknown format {quoted(fmt)}; choose one of {', '.join(FORMATS)}", code="unknown_format")
     sample_rate = check_sample_rate(raw, fmt, engine.sample_rate)
     bitrate = check_bitrate(raw, fmt, sample_rate, settings.default_bitrate)
     envelope = str(raw.get("envelope") or "json").lower()
     if envelope not in ENVELOPES:
-        raise BadRequest(f"envelope must be one of {', '.join(ENVELOPES)}, got {envelope!r}", code="invalid_option")
+        raise BadRequest(f"envelope must be one of {', '.join(ENVELOPES)}, got {quoted(envelope)}", code="invalid_option")
     return StreamOptions(
         vocoder=check_vocoder(caps, engine.name, str(raw.get("vocoder") or "").lower()),
         voice=voice,
@@ -180,7 +170,7 @@ def check_sample_rate(raw: Mapping[str, Any], fmt: str, engine_rate: int) -> int
         return default
     number = _number(raw, "sample_rate", default)
     if isinstance(value, bool) or number not in SAMPLE_RATES:
-        raise BadRequest(f"sample_rate must be one of {', '.join(map(str, SAMPLE_RATES))} Hz, got {value!r}",
+        raise BadRequest(f"sample_rate must be one of {', '.join(map(str, SAMPLE_RATES))} Hz, got {quoted(value)}",
                          code="invalid_option")
     if fmt == "opus" and number not in OPUS_SAMPLE_RATES:
         raise BadRequest(f"Opus cannot carry {int(number)} Hz; ask for one of "

@@ -34,9 +34,8 @@ import asyncio
 import collections
 import contextlib
 import logging
-import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, TypeAlias
 
 from ..audio.encoders import Encoder
 from ..audio.resample import reply_encoder
@@ -68,7 +67,8 @@ class Event:
     end_ms: float = 0.0  # an ``audio`` payload's end on the reply's timeline (not on the wire)
 
 
-SegmentQueue = asyncio.Queue  # of Event (its sentence), WordTimes and bytes (PCM), then None or an exception
+# a segment: its sentence Event, then WordTimes and bytes (PCM), then None or an exception
+SegmentQueue: TypeAlias = asyncio.Queue[Event | WordTimes | bytes | BaseException | None]
 
 
 def error_event(exc: BaseException) -> Event:
@@ -90,7 +90,8 @@ class Pipeline(BudgetMember):
         self.segmenter = Segmenter(first_clause_words=s.first_clause_words if o.first_clause else 0,
                                    max_chars=s.max_segment_chars)
         self.listener = Listener(hub.engine_rate, s, o, requested=requested, sample_rate=self.sample_rate, live=live,
-                                 budget=hub.budget if live else None)
+                                 budget=hub.budget if live else None, clock=hub.clock)
+        self.listener.more = lambda: bool(self.pending)
         self.verdict: Verdict | None = None  # the real-time budget's, for a reply that opens a session
         self.current: str | None = None  # the segment being synthesized
         self.planned: list[float] = []  # audio (s) per segment the budget admitted it for
@@ -130,7 +131,7 @@ class Pipeline(BudgetMember):
 
     def mark_input(self) -> None:
         if self.t_input is None:
-            self.t_input = time.perf_counter()
+            self.t_input = self.hub.clock()
 
     def _add(self, pieces: list[str]) -> None:
         for piece in pieces:
@@ -146,7 +147,8 @@ class Pipeline(BudgetMember):
         return self.cut > self.segments_done
 
     def elapsed_ms(self) -> float:
-        return round((time.perf_counter() - (self.t_input or time.perf_counter())) * 1000, 1)
+        now = self.hub.clock()
+        return round((now - (self.t_input or now)) * 1000, 1)
 
     # -- synthesis ------------------------------------------------------------------------
     async def _synthesis_stage(self) -> None:

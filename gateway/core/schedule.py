@@ -44,15 +44,29 @@ def arrivals(segments: Sequence[Forecast], safety: float = 1.0) -> list[tuple[fl
     t = position = 0.0
     for seg in segments:
         compute = seg.compute_s * safety
-        first = compute * min(1.0, max(0.0, seg.first_fraction))
-        n = 1 if first >= compute or seg.audio_s <= PIECE_S else int(seg.audio_s / PIECE_S + 0.999)
-        for k in range(1, n + 1):
-            # piece k of n is usable once it is whole: at the end of its share of the rest
-            at = t + first + (compute - first) * k / n if n > 1 else t + compute
-            out.append((at, seg.audio_s / n, position + seg.audio_s * (k - 1) / n))
+        out += pieces_of(t, compute, seg.audio_s, seg.first_fraction, position)
         t += compute
         position += seg.audio_s
     return out
+
+
+def pieces_of(start: float, compute: float, audio: float, first_fraction: float,
+              position: float) -> list[tuple[float, float, float]]:
+    """(arrival, audio, playback position) of one segment's pieces, its call running from
+    ``start`` for ``compute`` s: whole at its end, or streamed (``first_fraction`` < 1) from
+    that share of its time on, evenly, in pieces of ``PIECE_S``."""
+    first = compute * min(1.0, max(0.0, first_fraction))
+    n = 1 if first >= compute or audio <= PIECE_S else int(audio / PIECE_S + 0.999)
+    # piece k of n is usable once it is whole: at the end of its share of the rest
+    return [(start + first + (compute - first) * k / n if n > 1 else start + compute, audio / n,
+             position + audio * (k - 1) / n) for k in range(1, n + 1)]
+
+
+def early_s(compute: float, audio: float, first_fraction: float) -> float:
+    """How long before its call ends a segment can be due (its first sample's place in
+    playback) and still have every piece in time: 0 for a whole segment; for one streamed
+    faster than real time, most of its compute."""
+    return compute - max(at - pos for at, _, pos in pieces_of(0.0, compute, audio, first_fraction, 0.0))
 
 
 def preroll_s(segments: Sequence[Forecast], held_s: float = 0.0, safety: float = 1.2) -> float:

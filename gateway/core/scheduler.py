@@ -21,6 +21,9 @@ from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable
 
 
+HOLD_S = 0.05  # the longest a freed slot waits for its last holder's next call
+
+
 @dataclass(slots=True, eq=False)
 class Call:
     """One engine call holding or awaiting a slot."""
@@ -30,6 +33,17 @@ class Call:
     owner: object | None = None  # the Listener it is for (None: nobody in particular)
     started: float | None = None  # when it got its slot
     granted: asyncio.Future[None] | None = field(default=None, repr=False)
+    # set by the caller as the call ends: the deadline of the owner's next call (None: it has none)
+    then: float | None = None
+
+
+@dataclass(slots=True, eq=False)
+class _Hold:
+    """A freed slot kept for its last holder, whose next call has the earliest deadline."""
+
+    owner: object
+    deadline: float
+    timer: asyncio.TimerHandle
 
 
 class EngineScheduler:
@@ -38,6 +52,7 @@ class EngineScheduler:
         self.clock = clock
         self.running: list[Call] = []
         self._waiting: list[tuple[float, int, Call]] = []  # heap by deadline, then arrival
+        self._held: dict[int, _Hold] = {}  # by id(owner)
         self._seq = itertools.count()
         self.served: list[object | None] = []  # owners in the order they got a slot (last 64)
 
@@ -52,14 +67,21 @@ class EngineScheduler:
 
     @contextlib.asynccontextmanager
     async def slot(self, deadline: float, work_s: float, owner: object | None = None) -> AsyncIterator[Call]:
-        """Hold a slot for the body: at once when one is free and nobody waits, else when
-        this call's deadline is the earliest among those waiting and a slot frees."""
+        """Hold a slot for the body: at once when one is free (or kept for ``owner``) and
+        nobody waits, else when this call's deadline is the earliest among those waiting and a
+        slot frees. A caller that sets ``call.then`` keeps its slot while its next call is due
+        first: a reply's segments run one after another, so without that the slot would go
+        to whoever waits at the instant it frees (round robin), never earliest deadline first."""
         call = Call(deadline, work_s, owner)
-        if len(self.running) < self.slots and not self._waiting:
+        hold = self._held.pop(id(owner), None) if owner is not None else None
+        if hold is not None:
+            hold.timer.cancel()
+        if hold is not None or (len(self.running) + len(self._held) < self.slots and not self._waiting):
             self._start(call)
         else:
             call.granted = asyncio.get_running_loop().create_future()
             heapq.heappush(self._waiting, (deadline, next(self._seq), call))
+            self._grant()  # a kept slot yields to an earlier deadline
             try:
                 await call.granted
             except asyncio.CancelledError:
@@ -82,7 +104,25 @@ class EngineScheduler:
     def _release(self, call: Call) -> None:
         if call in self.running:
             self.running.remove(call)
-        while self._waiting and len(self.running) < self.slots:
+            owner, then = call.owner, call.then
+            if owner is not None and then is not None and (not self._waiting or then < self._waiting[0][0]):
+                timer = asyncio.get_running_loop().call_later(HOLD_S, self._expire, owner)
+                self._held[id(owner)] = _Hold(owner, then, timer)
+        self._grant()
+
+    def _expire(self, owner: object) -> None:
+        """The holder did not come back in time (its next segment came from the cache, or it ended)."""
+        self._held.pop(id(owner), None)
+        self._grant()
+
+    def _grant(self) -> None:
+        while self._waiting:
+            if len(self.running) + len(self._held) >= self.slots:
+                latest = max(self._held.values(), key=lambda h: h.deadline, default=None)
+                if latest is None or latest.deadline <= self._waiting[0][0]:
+                    return
+                latest.timer.cancel()  # an earlier deadline came: the kept slot is its
+                del self._held[id(latest.owner)]
             _, _, nxt = heapq.heappop(self._waiting)
             if nxt.granted is not None and not nxt.granted.done():
                 self._start(nxt)

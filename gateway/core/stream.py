@@ -13,18 +13,19 @@ each segment's vocoder mode, the look-ahead and the ``preroll_ms`` sent to playe
 from __future__ import annotations
 
 import asyncio
+import math
 import uuid
 from typing import Any, AsyncIterator
 
 from ..agent import Agent, AgentError
 from .conversation import AGENT_CODES, Conversation, Turn
-from .budget import ADMIT, planned, share_key
+from .budget import ADMIT, Verdict, planned, share_key
 from ..config import Settings
 from ..engines.base import Engine
-from ..errors import BadRequest
+from ..errors import BadRequest, Overloaded
 from .listener import preroll_ms
 from ..metrics import Metrics
-from .options import StreamOptions, vocoder_mode
+from .options import StreamOptions
 from .pipeline import OUT_EVENTS, Event, Pipeline
 from .segmenter import split_text
 from .synthesis import SynthesisHub
@@ -75,7 +76,16 @@ class StreamSession:
         o, texts, mode = self.options, self._texts(), self.requested_vocoder()
         audio = planned([self.hub.engine_rate.audio_s(t, o.speed) for t in texts])
         key = share_key(o.voice, o.speed, mode, texts, o.cache)  # "Play both": one reply's work
-        self.pipeline.admitted(self.hub.budget.admit(audio, mode, key), audio, key)
+        final = bool(texts or o.prompt.strip())  # else its text comes after `start`
+        try:
+            verdict, deferred = self.hub.budget.admit(audio, mode, key, tentative=not final), False
+        except Overloaded as exc:
+            if final:
+                raise
+            # its text comes after `start`: a nominal reply does not fit, its own text may (or
+            # it may be a twin of an admitted reply): decided when that text comes
+            verdict, deferred = Verdict(math.inf, math.inf, exc.retry_after), True
+        self.pipeline.admitted(verdict, audio, key, deferred)
 
     def ready_fields(self) -> dict[str, Any]:
         o, s = self.options, self.settings
@@ -86,7 +96,7 @@ class StreamSession:
             preroll = round(1000 * shared)
         else:
             preroll = preroll_ms(self.hub.engine_rate, s, o.speed, texts, 0.0, [self.requested_vocoder()] * len(texts))
-        listener.preroll_told_s = preroll / 1000
+        listener.tell(preroll / 1000)
         return {
             "session": self.id,
             "format": o.format,
@@ -99,6 +109,7 @@ class StreamSession:
             "vocoder": self.requested_vocoder(),
             "preroll_ms": preroll,
             **(self.pipeline.verdict or ADMIT).to_fields(),  # queued_ms: the forecast wait
+            **({"admission": "on_text"} if self.pipeline.deferred else {}),  # decided on its first text
             "cache": o.cache,
             "agent": self.agent.label if self.agent is not None else None,
         }
@@ -109,7 +120,7 @@ class StreamSession:
         return self.pipeline.busy or self.turn is not None or not self.out.empty()
 
     def requested_vocoder(self) -> str | None:
-        return vocoder_mode(self.options.vocoder, self.engine.capabilities)
+        return self.engine.capabilities.vocoder_for(self.options.vocoder)
 
     # -- input --------------------------------------------------------------------------
     def _open(self) -> Pipeline:

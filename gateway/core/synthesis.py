@@ -31,7 +31,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from typing import AsyncIterator
+from typing import AsyncGenerator, AsyncIterator, Callable, Protocol
 
 from .budget import Budget
 from ..config import Settings
@@ -49,6 +49,15 @@ Key = tuple[str, float, str, str]
 Item = bytes | WordTimes  # what a flight yields: PCM, or the words of the PCM that follows
 
 
+class ItemStream(Protocol):
+    """What ``SynthesisHub.synthesize`` returns: a flight's follower or a cached reply; closing
+    it early leaves the flight (``contextlib.aclosing``)."""
+
+    def __aiter__(self) -> AsyncIterator[Item]: ...
+    async def __anext__(self) -> Item: ...
+    async def aclose(self) -> None: ...
+
+
 class Flight:
     """One engine call: its chunks so far, its end (or error), and who follows it."""
 
@@ -63,16 +72,18 @@ class Flight:
         self._loop = asyncio.get_running_loop()
         self._progress = self._loop.time()
         self._watchdog: asyncio.TimerHandle | None = None
-        deadline, owner = slot if slot is not None else (time.perf_counter(), None)
+        deadline, owner = slot if slot is not None else (hub.clock(), None)
         work = hub.engine_rate.predict(mode, hub.engine_rate.audio_s(text, speed))
         self.task = asyncio.create_task(self._scheduled(text, voice, speed, mode, buffered_s, deadline, work, owner))
 
     async def _scheduled(self, text: str, voice: str, speed: float, mode: str | None, buffered_s: float,
                          deadline: float, work: float, owner: object | None) -> None:
         try:
-            async with self.hub.scheduler.slot(deadline, work, owner):
+            async with self.hub.scheduler.slot(deadline, work, owner) as call:
                 self._progress = self._loop.time()  # the watchdog counts from the engine's start
                 await self._run(text, voice, speed, mode, buffered_s)
+                if self.error is None and (after := getattr(owner, "next_deadline", None)) is not None:
+                    call.then = after(self.samples / self.hub.engine.sample_rate)  # keeps its slot if first
         finally:
             self.done = True
             self.hub.forget(self)
@@ -84,7 +95,8 @@ class Flight:
         m = hub.metrics
         if m:
             m.inflight.inc()
-        started = time.perf_counter()
+        clock = hub.clock
+        started = clock()
         first: float | None = None
         self._arm()
         try:
@@ -97,11 +109,11 @@ class Flight:
                     if isinstance(pcm, WordTimes):
                         continue
                     if first is None:
-                        first = time.perf_counter() - started
+                        first = clock() - started
                     self.samples += len(pcm) // 2
                     self._progress = self._loop.time()
                     self._wake()
-            wall = time.perf_counter() - started
+            wall = clock() - started
             audio_s = self.samples / hub.engine.sample_rate
             hub.engine_rate.observe(mode, audio_s, wall, first if first is not None else wall,
                                     chars=len(text.strip()), speed=speed)
@@ -122,7 +134,7 @@ class Flight:
             if m:
                 m.inflight.dec()
                 m.segments.inc()
-                m.synth_seconds.observe(time.perf_counter() - started)
+                m.synth_seconds.observe(clock() - started)
 
     # one timer per flight: when it fires early (audio came meanwhile) it moves to the new deadline
     def _arm(self) -> None:
@@ -196,11 +208,12 @@ class SynthesisHub:
 
     def __init__(self, engine: Engine, *, cache_mb: float = 0.0, timeout_s: float = 30.0,
                  metrics: Metrics | None = None, engine_rate: EngineRate | None = None,
-                 settings: Settings | None = None) -> None:
+                 settings: Settings | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
         self.engine, self.metrics, self.timeout_s = engine, metrics, timeout_s
+        self.clock = clock  # every schedule's clock (a test's virtual time: tests/support/virtual_time.py)
         self.engine_rate = engine_rate or EngineRate()
-        self.scheduler = EngineScheduler(engine.max_concurrency)
-        self.budget = Budget(self.engine_rate, self.scheduler, settings or Settings())
+        self.scheduler = EngineScheduler(engine.max_concurrency, clock)
+        self.budget = Budget(self.engine_rate, self.scheduler, settings or Settings(), clock)
         self.cache_limit = int(cache_mb * 1024 * 1024)
         self.cache: OrderedDict[Key, tuple[bytes, tuple[WordTimes, ...]]] = OrderedDict()
         self.cache_bytes = 0
@@ -208,11 +221,11 @@ class SynthesisHub:
 
     def synthesize(self, text: str, *, voice: str, speed: float, mode: str | None = None,
                    requested_mode: str | None = None, buffered_s: float = 0.0,
-                   share: bool = True, slot: tuple[float, object | None] | None = None) -> AsyncIterator[Item]:
+                   share: bool = True, slot: tuple[float, object | None] | None = None) -> ItemStream:
         """PCM chunks for ``text`` (and ``WordTimes`` before them, where the engine gives them).
         ``mode`` goes to the engine (the listener's pick for this segment); ``requested_mode``
-        (default ``mode``) is the mode the request asked for, which identical requests share on. ``slot``: (deadline, listener) for the
-        engine's queue (default: due now, nobody's)."""
+        (default ``mode``) is the mode the request asked for, which identical requests share on.
+        ``slot``: (deadline, listener) for the engine's queue (default: due now, nobody's)."""
         if not share:
             return Flight(self, None, text, voice, speed, mode, buffered_s, slot).follow()
         key: Key = (voice, round(speed, 3), requested_mode if requested_mode is not None else (mode or ""),
@@ -276,7 +289,7 @@ class SynthesisHub:
             self.metrics.cache_bytes.set(self.cache_bytes)
 
 
-async def _once(pcm: bytes, words: tuple[WordTimes, ...]) -> AsyncIterator[Item]:
+async def _once(pcm: bytes, words: tuple[WordTimes, ...]) -> AsyncGenerator[Item, None]:
     for w in words:  # times from the segment's first sample: all of them may come first
         yield w
     yield pcm

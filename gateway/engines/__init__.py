@@ -26,7 +26,8 @@ def create_engine(settings: Settings, name: str | None = None) -> Engine:
         raise ValueError(f"unknown engine {name!r}; choose one of {', '.join(ENGINES)}")
     module_name, _, attr = target.partition(":")
     cls = getattr(importlib.import_module(module_name), attr)
-    return cls(settings)
+    engine: Engine = cls(settings)
+    return engine
 
 
 __all__ = ["ENGINES", "Capabilities", "Engine", "EngineBase", "Voice", "create_engine"]

@@ -19,14 +19,18 @@ What an engine can do (voices, speeds, vocoder modes, ...) it declares once, in 
 """
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 from dataclasses import dataclass, fields
-from typing import Any, AsyncIterator, Protocol, TypeVar, runtime_checkable
+from typing import Any, AsyncGenerator, Callable, Protocol, TypeVar, runtime_checkable
 
-from ..errors import NotReady
+from ..errors import BadRequest, EngineError, NotReady
 from ..kokoro.timestamps import WordTimes
-from ..kokoro.voicecatalog import Voice
+from ..kokoro.vocoder.modes import VocoderMode
+from ..kokoro.voicecatalog import Voice as Voice  # re-exported: part of the engine contract
 
 S = TypeVar("S")
+T = TypeVar("T")
 MIN_SPEED, MAX_SPEED = 0.5, 2.0  # Kokoro's speeds (the usual declaration)
 
 
@@ -59,6 +63,14 @@ class Capabilities:
     def streams_in_segment(self) -> bool:
         return bool(self.vocoder_modes)
 
+    def vocoder_for(self, asked: str | None = None, *, live: bool = True) -> str | None:
+        """The one place a vocoder mode is resolved: the mode asked for; else, for a live
+        listener, the declared default; else, for a whole file (nobody waits on it), exact.
+        None where the engine has no modes."""
+        if asked or not self.vocoder_modes:
+            return asked or None
+        return self.default_vocoder if live else VocoderMode.EXACT
+
 
 @runtime_checkable
 class Engine(Protocol):
@@ -79,9 +91,35 @@ class Engine(Protocol):
     @property
     def vocoder_modes(self) -> tuple[str, ...]: ...
 
+    @property
+    def vocoder_status(self) -> dict[str, Any] | None:
+        """For ``/readyz``: the state of streaming inside a segment (None: no vocoder to build)."""
+        ...
+
+    @property
+    def batching(self) -> dict[str, Any] | None:
+        """For ``/readyz``: how sessions' pieces share forward passes (None: no batching)."""
+        ...
+
+    @property
+    def voice_store(self) -> dict[str, Any] | None:
+        """For ``/v1/voices``: which voice packs are in use (None: the engine has no packs)."""
+        ...
+
+    @property
+    def work(self) -> dict[str, int]:
+        """For ``/metrics`` (``tts_engine_work{kind}``): counts of the engine's own work since it
+        started, such as ``calls`` (model calls); empty where it counts none."""
+        ...
+
     async def start(self) -> None: ...
 
     async def aclose(self) -> None: ...
+
+    async def close_idle(self) -> None:
+        """Close the connections kept open for reuse (a shutdown's first step, so that the
+        server at their other end need not wait for them); calls in flight go on."""
+        ...
 
     async def wait_vocoder(self, voice: str = "") -> bool:
         """Wait for the background work its vocoder modes need (the embedded engine builds its
@@ -89,7 +127,7 @@ class Engine(Protocol):
         ...
 
     def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
-                   buffered_s: float = 0.0, timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:
+                   buffered_s: float = 0.0, timestamps: bool = False) -> AsyncGenerator[bytes | WordTimes, None]:
         """Yield s16le mono PCM chunks for ``text``. Raise ``EngineError`` on failure.
 
         The arguments are taken as given: ``gateway.core.options`` checked them against
@@ -133,8 +171,27 @@ class EngineBase:
     def vocoder_modes(self) -> tuple[str, ...]:
         return self._capabilities.vocoder_modes
 
+    @property
+    def vocoder_status(self) -> dict[str, Any] | None:
+        return None
+
+    @property
+    def batching(self) -> dict[str, Any] | None:
+        return None
+
+    @property
+    def voice_store(self) -> dict[str, Any] | None:
+        return None
+
+    @property
+    def work(self) -> dict[str, int]:
+        return {}
+
     async def wait_vocoder(self, voice: str = "") -> bool:
         return True  # nothing built in the background: the declared modes are ready
+
+    async def close_idle(self) -> None:
+        return None  # no connections kept for reuse
 
     def require(self, thing: S | None) -> S:
         """``thing`` (the loaded model, the client, the pool) or ``NotReady`` if not started."""
@@ -142,3 +199,19 @@ class EngineBase:
             raise NotReady(f"the {self.name} engine is not started")
         return thing
 
+    def submit(self, executor: concurrent.futures.Executor, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
+        """``fn`` on the engine's ``executor``; ``NotReady`` if the pool was shut down under us."""
+        try:
+            return executor.submit(fn)
+        except RuntimeError as exc:
+            raise NotReady(f"the {self.name} engine is shutting down") from exc
+
+    async def outcome(self, future: concurrent.futures.Future[T], what: str) -> T:
+        """The result of a call ``submit`` started: the request's fault and the engine's own
+        errors as raised, any other failure as an ``EngineError`` naming ``what`` failed."""
+        try:
+            return await asyncio.wrap_future(future)
+        except (EngineError, BadRequest):
+            raise
+        except Exception as exc:
+            raise EngineError(f"{self.name} {what} failed: {exc}") from exc

@@ -99,7 +99,7 @@ class MicroBatcher(Generic[J, R]):
         loop = asyncio.get_running_loop()
         if self._task is None:
             self._task = loop.create_task(self._dispatch(), name=f"{self.name}-batcher")
-        future: asyncio.Future[Any] = loop.create_future()
+        future: asyncio.Future[R] = loop.create_future()
         self._queue.put_nowait(_Waiting(job, future, loop.time()))
         self._changed.set()
         return await future  # a cancelled caller cancels the future: its job is skipped

@@ -2,7 +2,8 @@
 
 It speaks the container's ``/invocations-bidirectional-stream`` (see ``gateway.web.container``):
 for each segment it sends ``start`` (``format=pcm``, the voice and speed, ``first_clause: false``:
-the text is one segment, not to be cut again), ``text`` and ``end``,
+the text is one segment, not to be cut again; ``cache: false`` with ``[container] cache = false``),
+``text`` and ``end``,
 then yields the binary PCM frames as they arrive until ``done``. The container does not close
 a socket after ``done``, so finished sockets go back to a small pool of idle ones and the next
 segment skips the handshake; one segment at a time per socket.
@@ -26,7 +27,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any, AsyncGenerator
 
 import aiohttp
 from yarl import URL
@@ -35,7 +36,7 @@ from ..config import Settings, section
 from ..errors import CLIENT_CODES, BadRequest, EngineError, EngineTimeout, GatewayError, NotReady
 from ..kokoro.timestamps import WordTimes, words_event
 from .base import EngineBase, Voice
-from ..kokoro.vocoder.modes import VocoderMode
+from ..kokoro.vocoder.modes import DEFAULT as DEFAULT_MODE
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +142,7 @@ class ContainerSettings:
 
     url: str
     pool_size: int  # idle sockets kept open to the container
+    cache: bool  # false: ask the container to synthesize every segment (``cache: false``)
 
 
 class ContainerEngine(EngineBase):
@@ -181,7 +183,7 @@ class ContainerEngine(EngineBase):
                        for v in body["voices"])
         modes = tuple(str(m) for m in body.get("vocoder_modes") or ())
         # the container's default mode where it names one, else its streaming default
-        default_mode = body.get("default_vocoder") or (VocoderMode.FROZEN_FIRST if VocoderMode.FROZEN_FIRST in modes
+        default_mode = body.get("default_vocoder") or (DEFAULT_MODE if DEFAULT_MODE in modes
                                                        else (modes[0] if modes else None))
         self.declare(voices=voices, default_voice=str(body.get("default") or (voices[0].id if voices else "")),
                      vocoder_modes=modes, default_vocoder=default_mode, timestamps=bool(body.get("timestamps")))
@@ -218,6 +220,9 @@ class ContainerEngine(EngineBase):
             raise ValueError(f"GET {url} answered {resp.status} with {body!r}")
         return body
 
+    async def close_idle(self) -> None:
+        await self.pool.clear()
+
     async def aclose(self) -> None:
         http, self._http = self._http, None
         self.pool.bind(None)
@@ -226,7 +231,7 @@ class ContainerEngine(EngineBase):
             await http.close()
 
     async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
-                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:
+                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncGenerator[bytes | WordTimes, None]:
         """Yield the container's PCM for ``text`` (with ``timestamps``, its ``words`` events as
         ``WordTimes`` before the audio); one retry on a fresh socket before anything came."""
         self.require(self._http)
@@ -248,7 +253,7 @@ class ContainerEngine(EngineBase):
                 await self.pool.clear()  # the others are likely as stale (a restarted container)
 
     async def _segment(self, text: str, voice: str, speed: float, vocoder: str | None, buffered_s: float,
-                       timestamps: bool, *, fresh: bool) -> AsyncIterator[bytes | WordTimes]:
+                       timestamps: bool, *, fresh: bool) -> AsyncGenerator[bytes | WordTimes, None]:
         ws = await self.pool.acquire(fresh=fresh)
         done = False
         try:
@@ -257,7 +262,7 @@ class ContainerEngine(EngineBase):
             # is one segment already: the container must not cut its first clause off again
             start = {"type": "start", "format": "pcm", "voice": voice, "speed": speed, "first_clause": False,
                      "buffered_s": round(max(0.0, buffered_s), 3),
-                     **({"vocoder": vocoder} if vocoder else {})}
+                     **({"vocoder": vocoder} if vocoder else {}), **({} if self.options.cache else {"cache": False})}
             try:
                 for message in (start, {"type": "text", "text": text}, {"type": "end"}):
                     await ws.send_str(json.dumps(message))

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, Iterator, TypeVar
+from typing import Any, AsyncGenerator, Callable, Iterator, TypeVar
 
 import numpy as np
 
@@ -35,7 +36,8 @@ from ..kokoro.parts import (
 from ..kokoro.onnx_sessions import release_freed_memory
 from ..kokoro.timestamps import SegmentWords, WordTimes
 from ..kokoro.vocoder.chunked import FRAME
-from ..kokoro.vocoder.chunked import MODES as VOCODER_MODES
+from ..kokoro.vocoder.modes import MODES as VOCODER_MODES
+from ..kokoro.vocoder.modes import VocoderMode
 from .base import EngineBase
 from .embedded_vocoder import VocoderHost
 from ..kokoro.onnx_model import MODEL_PARTS, KokoroModel, LoadReport, load_model_bytes
@@ -60,6 +62,7 @@ class EmbeddedSettings:
     vocoder: str  # frozen-first, frozen, exact, or off
     vocoder_cache: str
     vocoder_exact_below_s: float
+    vocoder_batch_rest: bool
     precision: str  # int8 (as shipped), fp32 or fp16: gateway.kokoro.floatgraph
     provider: str  # cpu or cuda (onnxruntime-gpu)
 
@@ -99,17 +102,18 @@ class EmbeddedEngine(EngineBase):
                      default_vocoder=o.vocoder if streams else None,
                      exact_below_s=o.vocoder_exact_below_s, timestamps=True)
         self.max_concurrency = o.workers
-        self.calls = 0  # inference calls started: lets tests see cancelled work stop
         self.load_report: LoadReport | None = None
-        self.host = VocoderHost(o.vocoder, o.vocoder_exact_below_s, o.threads, o.vocoder_cache)
+        self.host = VocoderHost(o.vocoder, o.vocoder_exact_below_s, o.threads, o.vocoder_cache,
+                                batch_rest=o.vocoder_batch_rest)
         self._model: KokoroModel | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._slots: asyncio.Semaphore | None = None
         self._calls_lock = threading.Lock()
+        self._calls = 0  # model calls started (``work``): cancelled work shows as calls not made
         self._in_flight = 0  # calls submitted and not yet done
         self._idle_timer: asyncio.TimerHandle | None = None
         self.idle_release_s = IDLE_RELEASE_S
-        self.memory_releases = 0  # idle releases done (``_release_idle``)
+        self._memory_releases = 0  # idle hand-backs done (``_release_idle``)
 
     @property
     def voice_store(self) -> dict[str, Any]:
@@ -133,6 +137,12 @@ class EmbeddedEngine(EngineBase):
     @property
     def vocoder_status(self) -> dict[str, Any]:
         return self.host.status
+
+    @property
+    def work(self) -> dict[str, int]:
+        """Model calls started (one per piece, or per chunk when streaming inside a segment) and
+        the times idle memory was handed back."""
+        return {"calls": self._calls, "memory_releases": self._memory_releases}
 
     async def wait_vocoder(self, voice: str = "") -> bool:
         """Wait until the vocoder (and ``voice``, if given) can stream; False if it cannot."""
@@ -175,7 +185,7 @@ class EmbeddedEngine(EngineBase):
         return await self._run(lambda: model.phonemes(text, voice or self.default_voice), "G2P")
 
     async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
-                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:
+                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncGenerator[bytes | WordTimes, None]:
         """Yield s16le PCM for ``text``: per piece of at most ``MAX_TOKENS`` phonemes with the
         whole model, or per vocoder chunk when streaming inside the segment.
 
@@ -187,38 +197,39 @@ class EmbeddedEngine(EngineBase):
         this text; a call already running finishes in its thread and its audio is dropped.
         """
         model = self.require(self._model)
-        mode = vocoder or self.capabilities.default_vocoder
+        mode = self.capabilities.vocoder_for(vocoder) or VocoderMode.EXACT  # no modes: the whole model
         phonemes, tokens, exact = await self._run(lambda: model.phonemes_words(text, voice), "G2P")
         pieces = split_phonemes(phonemes)
         words = SegmentWords(tokens, phonemes, pieces, exact) if timestamps else None
-        streamer = self.host.streamer(voice) if mode in ("frozen", "frozen-first") else None
+        stream_mode = mode if mode in (VocoderMode.FROZEN, VocoderMode.FROZEN_FIRST) else None
+        streamer = self.host.streamer(voice) if stream_mode else None
         for index, piece in enumerate(pieces):
-            if streamer is None:
-                out: Rendered = await self._run(lambda p=piece: self._infer(model, p, voice, speed), "inference")
+            if streamer is None or stream_mode is None:
+                out = await self._run(functools.partial(self._infer, model, piece, voice, speed), "inference")
                 for item in out.items(words, index):
                     yield item
                 continue
             ids = [model.vocab[c] for c in piece]
             style = model.style(voice)[len(ids) - 1].reshape(1, 256)
-            enc = await self._run(lambda i=ids, st=style: streamer.encode(i, st, speed), "inference")
+            enc = await self._run(functools.partial(streamer.encode, ids, style, speed), "inference")
             start, stop = streamer.span(enc)
-            if words is not None:  # the audio below starts at frame ``start`` of the model's
+            if words is not None and enc.durations is not None:  # the audio below starts at frame
                 times = words.piece(index, enc.durations, start * FRAME, max(0, stop - start) * FRAME)
                 if stop > start:
                     yield times
-            chunks = streamer.stream_encoded(enc, style, voice, mode=mode, buffered_s=buffered_s)
-            while (audio := await self._run(lambda c=chunks: self._next_chunk(c), "inference")) is not None:
+            chunks = streamer.stream_encoded(enc, style, voice, mode=stream_mode, buffered_s=buffered_s)
+            while (audio := await self._run(functools.partial(self._next_chunk, chunks), "inference")) is not None:
                 if audio.size:
                     yield to_pcm16(audio)
 
     def _next_chunk(self, chunks: Iterator[np.ndarray]) -> np.ndarray | None:
         with self._calls_lock:
-            self.calls += 1
+            self._calls += 1
         return next(chunks, None)
 
     def _infer(self, model: KokoroModel, piece: str, voice: str, speed: float) -> Rendered:
         with self._calls_lock:
-            self.calls += 1
+            self._calls += 1
         return model.infer(piece, voice, speed)
 
     async def _run(self, fn: Callable[[], T], what: str) -> T:
@@ -229,10 +240,10 @@ class EmbeddedEngine(EngineBase):
         loop = asyncio.get_running_loop()
         await slots.acquire()
         try:
-            future = executor.submit(fn)
-        except RuntimeError as exc:  # the pool was shut down under us
+            future = self.submit(executor, fn)
+        except NotReady:
             slots.release()
-            raise NotReady("the embedded engine is shutting down") from exc
+            raise
         self._busy()
 
         def release(_: concurrent.futures.Future[Any]) -> None:
@@ -244,12 +255,7 @@ class EmbeddedEngine(EngineBase):
         # released when the thread is really done (or from here if it never starts), so a
         # cancelled caller cannot let more than ``embedded_workers`` calls overlap
         future.add_done_callback(release)
-        try:
-            return await asyncio.wrap_future(future)
-        except (EngineError, BadRequest):
-            raise
-        except Exception as exc:
-            raise EngineError(f"embedded {what} failed: {exc}") from exc
+        return await self.outcome(future, what)
 
     def _busy(self) -> None:
         self._in_flight += 1
@@ -277,4 +283,4 @@ class EmbeddedEngine(EngineBase):
 
     def _release_memory(self) -> None:
         release_freed_memory()
-        self.memory_releases += 1
+        self._memory_releases += 1

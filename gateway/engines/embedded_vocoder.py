@@ -27,8 +27,10 @@ log = logging.getLogger(__name__)
 class VocoderHost:
     """The ``StreamingVocoder`` of one embedded engine: its build, calibrations and state."""
 
-    def __init__(self, mode: str, exact_below_s: float, threads: int, cache_dir: str) -> None:
+    def __init__(self, mode: str, exact_below_s: float, threads: int, cache_dir: str,
+                 batch_rest: bool = True) -> None:
         self.mode, self.exact_below_s, self.threads = mode, exact_below_s, threads
+        self.batch_rest = batch_rest
         self.cache_dir = Path(cache_dir) if cache_dir else None
         self.vocoder: StreamingVocoder | None = None
         self.state = "off" if mode == "off" else "waiting for start"
@@ -43,7 +45,7 @@ class VocoderHost:
         """For /readyz: the configured mode, the build's state, the voices it can stream."""
         vocoder = self.vocoder
         return {"mode": self.mode, "state": self.state, "build_s": self.build_s,
-                "exact_below_s": self.exact_below_s,
+                "exact_below_s": self.exact_below_s, "batch_rest": self.batch_rest,
                 "voices": sorted(vocoder.voices) if vocoder is not None else []}
 
     def start(self, model: KokoroModel, voice: str) -> None:
@@ -109,9 +111,10 @@ class VocoderHost:
         t0 = time.perf_counter()
         # the graph the engine runs (int8 as shipped, or a float one), cut by the same names
         graph, sha256 = graph_bytes(model.precision, load_model_bytes, shipped_sha256())
+        policy = Policy(exact_below=round(self.exact_below_s / FRAME_S), batch_rest=self.batch_rest)
         vocoder = StreamingVocoder.build(
             graph, {voice: model.style(voice)}, threads=self.threads,
-            vocab=model.vocab, stop=self._stop, policy=Policy(exact_below=round(self.exact_below_s / FRAME_S)),
+            vocab=model.vocab, stop=self._stop, policy=policy,
             sha256=sha256,  # graph_bytes() checked the bytes against it
             cache_dir=self.cache_dir or default_cache_dir(), provider=model.provider, weights=model.weights,
         )

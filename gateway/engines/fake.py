@@ -18,7 +18,7 @@ import contextlib
 import os
 import zlib
 from dataclasses import dataclass
-from typing import AsyncIterator
+from typing import AsyncGenerator
 
 import numpy as np
 
@@ -61,7 +61,7 @@ class FakeEngine(EngineBase):
         super().__init__()
         self.settings = settings
         self.options = section(settings, "fake", FakeSettings)
-        self.calls = 0  # segments started: lets capacity tests see work being cancelled
+        self.calls = 0  # segments started (``work``): cancelled work shows as calls not made
         self.active = 0  # segments in progress right now
         if self.options.workers > 0:  # one engine shared by every call, like a real model
             self.max_concurrency = self.options.workers
@@ -101,8 +101,12 @@ class FakeEngine(EngineBase):
         pcm = np.concatenate(parts) if parts else np.zeros(0, np.int16)
         return pcm, WordTimes(tuple(words))
 
+    @property
+    def work(self) -> dict[str, int]:
+        return {"calls": self.calls}
+
     async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
-                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:
+                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncGenerator[bytes | WordTimes, None]:
         s = self.options
         self.calls += 1
         self.active += 1
@@ -116,7 +120,7 @@ class FakeEngine(EngineBase):
         finally:
             self.active -= 1
 
-    async def _compute(self, text: str, voice: str, speed: float, timestamps: bool) -> AsyncIterator[bytes | WordTimes]:
+    async def _compute(self, text: str, voice: str, speed: float, timestamps: bool) -> AsyncGenerator[bytes | WordTimes, None]:
         s = self.options
         if s.first_delay_ms:
             await asyncio.sleep(s.first_delay_ms / 1000)

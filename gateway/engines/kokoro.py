@@ -19,19 +19,21 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import json
 import logging
+import operator
 import os
 import time
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncGenerator, Callable, TypeVar
 
 import numpy as np
 
 from ..config import Settings, section
-from ..errors import BadRequest, EngineError, NotReady
+from ..errors import EngineError
 from ..kokoro.g2p import ROUTES
 from ..kokoro.parts import (
     MAX_TOKENS, SAMPLE_RATE, Blends, Rendered, Segment, choose_default, describe_voices, known_symbols, load_voice_packs,
@@ -42,6 +44,7 @@ from .base import EngineBase
 from .batcher import MicroBatcher, batch_size
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 REPO_ID = "hexgrad/Kokoro-82M"  # only names the model family; passing it silences a warning
 PREFERRED_WEIGHTS = "kokoro-v1_0.pth"
@@ -126,7 +129,7 @@ class TorchKokoro:
         self.vocab: dict[str, int] = config["vocab"]
         self.voices = {k: torch.from_numpy(np.array(v, np.float32)) for k, v in (packs or {}).items()}
         self.voices.update({path.stem: self._load_voice(torch, path) for path in files.voices})
-        self._blends = Blends(self.voices, lambda parts: sum(p * w for p, w in parts))
+        self._blends = Blends(self.voices, lambda parts: functools.reduce(operator.add, (p * w for p, w in parts)))
         t1 = time.perf_counter()
         self.phonemize = Phonemizer(g2p_route)
         self.model_s, self.g2p_s = t1 - t0, time.perf_counter() - t1
@@ -190,7 +193,6 @@ class KokoroEngine(EngineBase):
         if self.options.g2p not in ROUTES:
             raise ValueError(f"kokoro_g2p must be one of {', '.join(ROUTES)}")
         self.configured_default = settings.default_voice
-        self.calls = 0
         self._model: TorchKokoro | None = None
         self.packs = load_voice_packs(settings.voice_store)
         self._folder_voices: list[str] = []  # packs in kokoro_dir, added to (or replacing) the store's
@@ -229,7 +231,7 @@ class KokoroEngine(EngineBase):
         if self.max_batch > 1:
             from .kokoro_batch import render_batch
 
-            self._batcher = MicroBatcher(lambda segments: self._infer(render_batch, model, segments), executor,
+            self._batcher = MicroBatcher(lambda segments: render_batch(model, segments), executor,
                                          max_batch=self.max_batch, window_s=self.options.batch_window_ms / 1000,
                                          name=self.name)
             self._g2p = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kokoro-g2p")
@@ -258,7 +260,7 @@ class KokoroEngine(EngineBase):
             await asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True)
 
     async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
-                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:
+                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncGenerator[bytes | WordTimes, None]:
         """Yield s16le PCM per piece of at most ``MAX_TOKENS`` phonemes, each once it is done;
         with ``timestamps``, each piece's ``WordTimes`` (from ``pred_dur``) before its audio.
 
@@ -280,21 +282,7 @@ class KokoroEngine(EngineBase):
         """One piece alone, or in the next batch with other sessions' pieces."""
         if self._batcher is not None:
             return await self._batcher.submit(Segment(piece, voice, speed))
-        return await self._run(lambda: self._infer(TorchKokoro.render, model, piece, voice, speed), "inference")
+        return await self._run(lambda: model.render(piece, voice, speed), "inference")
 
-    def _infer(self, render: Any, *args: Any) -> Any:
-        self.calls += 1  # forward passes (a batch is one); only ever touched by the worker thread
-        return render(*args)
-
-    async def _run(self, fn: Any, what: str, executor: Any = None) -> Any:
-        executor = self.require(executor or self._executor)
-        try:
-            future = executor.submit(fn)
-        except RuntimeError as exc:  # the worker was shut down under us
-            raise NotReady("the kokoro engine is shutting down") from exc
-        try:
-            return await asyncio.wrap_future(future)
-        except (EngineError, BadRequest):
-            raise
-        except Exception as exc:
-            raise EngineError(f"kokoro {what} failed: {exc}") from exc
+    async def _run(self, fn: Callable[[], T], what: str, executor: concurrent.futures.Executor | None = None) -> T:
+        return await self.outcome(self.submit(self.require(executor or self._executor), fn), what)

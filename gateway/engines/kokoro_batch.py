@@ -112,7 +112,8 @@ class _Masking:
 def _packed(lstm: nn.LSTM, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """``lstm`` over each item's own steps of ``x`` (B, T, C); zeros after them."""
     if int(lengths.min()) == x.shape[1]:
-        return lstm(x)[0]  # no padding: KModel's own call (packing would only slow it down)
+        whole: torch.Tensor = lstm(x)[0]  # no padding: KModel's own call (packing would only slow it down)
+        return whole
     packed = nn.utils.rnn.pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
     lstm.flatten_parameters()
     out, _ = lstm(packed)

@@ -29,7 +29,7 @@ import contextlib
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any, AsyncGenerator
 
 from ..config import Settings
 from ..errors import EngineError, EngineTimeout, GatewayError
@@ -125,10 +125,10 @@ class SageMakerEngine(EngineBase):
         await self.stream.aclose()
 
     async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
-                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:
+                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncGenerator[bytes | WordTimes, None]:
         """Yield the endpoint's PCM for ``text`` (stream mode with ``timestamps``: the words
         before their audio); closing early ends the call (and the container's work)."""
-        source: AsyncIterator[bytes | WordTimes]
+        source: AsyncGenerator[bytes | WordTimes, None]
         if self.options.mode == "batch":
             self.require(self._boto)
             source = self._batch(text, voice, speed)
@@ -140,7 +140,7 @@ class SageMakerEngine(EngineBase):
                 yield item
 
     # -- batch: InvokeEndpoint --------------------------------------------------------------------
-    async def _batch(self, text: str, voice: str, speed: float) -> AsyncIterator[bytes]:
+    async def _batch(self, text: str, voice: str, speed: float) -> AsyncGenerator[bytes, None]:
         body = json.dumps({"text": text, "voice": voice, "speed": speed, "format": "pcm"}).encode()
         timeout = self.timeout_s
         try:

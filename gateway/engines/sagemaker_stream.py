@@ -19,7 +19,7 @@ import importlib
 import json
 import logging
 import sys
-from typing import Any, AsyncIterator
+from typing import Any, AsyncGenerator
 
 from ..errors import EngineError, EngineTimeout, NotReady
 from ..kokoro.timestamps import WordTimes, words_event
@@ -146,7 +146,7 @@ class StreamTransport:
             await client.close()
 
     async def synthesize(self, text: str, voice: str, speed: float,
-                         timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:
+                         timestamps: bool = False) -> AsyncGenerator[bytes | WordTimes, None]:
         from awscrt.exceptions import AwsCrtError
         from smithy_core.exceptions import SmithyError
 
@@ -195,7 +195,7 @@ class StreamTransport:
             raise EngineTimeout(f"no stream to endpoint {self.endpoint} within {OPEN_TIMEOUT_S:g} s") from None
         return stream, output
 
-    async def _read_reply(self, output: Any, timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:
+    async def _read_reply(self, output: Any, timestamps: bool = False) -> AsyncGenerator[bytes | WordTimes, None]:
         """PCM from BINARY parts until the container's ``done`` (a UTF8 part); with
         ``timestamps``, its ``words`` events as ``WordTimes``."""
         pending, odd = bytearray(), b""
@@ -209,7 +209,7 @@ class StreamTransport:
             if event is None:
                 raise EngineError("the endpoint ended the stream before the reply was done", code="engine_unavailable")
             part = getattr(event, "value", None)
-            if not hasattr(part, "bytes_"):
+            if part is None or not hasattr(part, "bytes_"):
                 log.warning("ignoring an unknown response event: %r", event)
                 continue
             pending += part.bytes_ or b""

@@ -190,7 +190,8 @@ class Phonemizer:
     """Thread-safe text -> phoneme string, per Kokoro language letter (``a``, ``b``, ``e``, ...).
 
     American English is loaded at once (build it off the event loop: about 1.5 s); the other
-    languages, Japanese included (about 50 MB), on first use. As in hexgrad's ``KPipeline``, the voice's language picks the G2P:
+    languages, Japanese included (about 50 MB), on first use. As in hexgrad's ``KPipeline``, the
+    voice's language picks the G2P:
     ``a``/``b`` misaki American/British, ``e f h i p`` espeak-ng, ``z`` misaki's Mandarin, and
     ``j`` the Japanese G2P for Japanese text (English text from a Japanese voice goes to
     American misaki, which is how those voices speak English).

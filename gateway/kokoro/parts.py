@@ -22,7 +22,7 @@ from typing import Any, Callable, Generic, Iterable, TypeVar
 import numpy as np
 
 from . import voicecatalog, voicestore
-from ..errors import BadRequest
+from ..errors import BadRequest, quoted
 from .g2p import UnsupportedLanguage
 from .timestamps import SegmentWords, Token, WordTimes, guess_tokens
 
@@ -146,7 +146,7 @@ class Blends(Generic[P]):
         # an unknown voice names the valid ones (for tools that call an engine directly)
         blend = voicecatalog.parse_blend(voicecatalog.resolve(voice, set(self.packs)), set(self.packs))
         if blend is None:
-            raise BadRequest(f"unknown voice {voice!r}", code="unknown_voice")
+            raise BadRequest(f"unknown voice {quoted(voice)}", code="unknown_voice")
         pack = self._mix([(self.packs[v], w) for v, w in blend.weights])
         with self._lock:
             self._blends[voice] = pack
@@ -247,4 +247,5 @@ class Rendered:
 
 
 def to_pcm16(audio: np.ndarray) -> bytes:
-    return (np.clip(audio, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+    pcm: np.ndarray = (np.clip(audio, -1.0, 1.0) * 32767.0).astype("<i2")
+    return pcm.tobytes()

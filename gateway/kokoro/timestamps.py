@@ -20,8 +20,11 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
+import numpy as np
+
 log = logging.getLogger(__name__)
 FRAME = 600  # samples per duration frame
+Durations = Sequence[int] | np.ndarray  # frames per token, as the model predicted them
 _WORD = re.compile(r"[\w'’]+(?:[-.,:/][\w'’]+)*", re.UNICODE)
 _PUNCT_ONLY = re.compile(r"^[\W_]+$", re.UNICODE)
 
@@ -128,7 +131,7 @@ def guess_tokens(text: str, phonemes: str) -> list[Token]:
     return out
 
 
-def word_times(tokens: Iterable[Token], phonemes: str, durations: Sequence[int], *,
+def word_times(tokens: Iterable[Token], phonemes: str, durations: Durations, *,
                known: frozenset[str] | set[str] | None = None, trim_start: int = 0,
                length: int | None = None, exact: bool = True) -> WordTimes:
     """Each token's word span from the model's ``durations`` (frames, pad tokens included).
@@ -201,7 +204,7 @@ class SegmentWords:
         self.pieces, self.exact, self.offset = list(pieces), exact, 0
         self._tokens = tokens_by_piece(tokens, phonemes, self.pieces)
 
-    def piece(self, index: int, durations: Sequence[int], trim_start: int, length: int) -> WordTimes:
+    def piece(self, index: int, durations: Durations, trim_start: int, length: int) -> WordTimes:
         """Piece ``index``'s words: the model's ``durations`` for it, ``trim_start`` samples cut
         from the front of its audio, ``length`` samples kept."""
         times = word_times(self._tokens[index], self.pieces[index], durations, trim_start=trim_start,

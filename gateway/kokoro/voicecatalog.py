@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..errors import BadRequest
+from ..errors import BadRequest, quoted
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +25,6 @@ class Voice:
     default: bool = False
     name: str = ""  # "Heart" for af_heart
     grade: str = ""  # hexgrad's overall grade, where graded
-    wer: float | None = None  # measured English word error rate (bench quality), where measured
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -34,7 +33,6 @@ class Voice:
             "language": self.language,
             "gender": self.gender,
             "grade": self.grade or None,
-            "wer": self.wer,
             "description": self.description,
             "default": self.default,
         }
@@ -63,14 +61,6 @@ GRADES = {
     "am_liam": "D", "am_michael": "C+", "am_onyx": "D", "am_puck": "C+", "am_santa": "D-",
     "bf_emma": "B-", "bf_isabella": "C", "bm_george": "C", "bm_lewis": "D+", "bf_alice": "D",
     "bf_lily": "D", "bm_daniel": "D", "bm_fable": "C",
-}
-
-# Word error rate of Whisper tiny.en on `bench quality`'s 10 English sentences (146 words),
-# misaki G2P, whole-sentence synthesis; see README "Voices" for the runs (2026-11-29, -30).
-MEASURED_WER = {
-    "af_heart": 0.0, "af_bella": 0.0, "am_michael": 0.0, "bf_emma": 0.0,
-    "jm_kumo": 0.0, "jf_gongitsune": 0.007, "jf_nezumi": 0.007, "jf_tebukuro": 0.014,
-    "jf_alpha": 0.021,
 }
 
 # The Japanese packs' own notes (they speak English from English phonemes, with an accent)
@@ -121,8 +111,7 @@ def describe(voice_id: str, *, default: bool = False) -> Voice:
         text = f"Japanese {gender} voice, {note}; speaks English with a Japanese accent"
     else:
         text = f"{language} {gender} voice" + (f", grade {grade}" if grade else "")
-    return Voice(voice_id, tag, gender, text, default=default, name=name, grade=grade,
-                 wer=MEASURED_WER.get(voice_id))
+    return Voice(voice_id, tag, gender, text, default=default, name=name, grade=grade)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,15 +152,15 @@ def parse_blend(spec: str, known: frozenset[str] | set[str]) -> Blend | None:
     for part in raw:
         match = _PART.fullmatch(part.strip())
         if match is None:
-            raise BadRequest(f"blend part {part.strip()!r} is not `voice` or `voice(weight)`, as "
+            raise BadRequest(f"blend part {quoted(part.strip())} is not `voice` or `voice(weight)`, as "
                              "in af_bella(2)+af_sky(1)", code="invalid_option")
         voice, weight = match[1], float(match[2] or 1)
         if voice not in known:
-            raise BadRequest(f"unknown voice {voice!r} in blend {spec!r}; choose from "
+            raise BadRequest(f"unknown voice {quoted(voice)} in blend {quoted(spec)}; choose from "
                              f"{', '.join(sorted(known))}", code="unknown_voice")
         weights[voice] = weights.get(voice, 0.0) + weight
         if not 0 < weight <= weights[voice] <= 1000:  # the sum is what the id holds
-            raise BadRequest(f"blend weight of {voice} must be above 0 and at most 1000 (parts of "
+            raise BadRequest(f"blend weight of {quoted(voice)} must be above 0 and at most 1000 (parts of "
                              "one voice add up)", code="invalid_option")
     return Blend(tuple(weights.items()))
 
@@ -183,6 +172,6 @@ def resolve(spec: str, known: frozenset[str] | set[str]) -> str:
     if blend is not None:
         return blend.id
     if spec not in known:
-        raise BadRequest(f"unknown voice {spec!r}; choose one of {', '.join(sorted(known))}, "
+        raise BadRequest(f"unknown voice {quoted(spec)}; choose one of {', '.join(sorted(known))}, "
                          "or a blend such as af_bella(2)+af_sky(1)", code="unknown_voice")
     return spec

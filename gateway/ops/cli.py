@@ -121,7 +121,8 @@ def run_module(target: str, argv: list[str]) -> int:
         if exc.name != target.split(".")[0]:
             raise
         # benchmarks and the load test live beside the product (bench/), not in its wheel
-        print(f"{target} is not installed: run it from a checkout of the repository", file=sys.stderr)
+        message = f"{target} is not installed: run it from a checkout of the repository"
+        print(message, file=sys.stderr)  # noqa: T201 (before any logging is set up)
         return 2
     return int(module.main(argv) or 0)
 

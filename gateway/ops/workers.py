@@ -11,7 +11,10 @@ own state is copied), logs one "listening on" line once all are ready, restarts 
 dies (logged, with a back-off when one dies young), and on SIGTERM or SIGINT sends SIGTERM to
 every worker, each of which drains as a single process does, then waits for them. It also owns
 the directory where the workers keep their Prometheus values (``metrics.py``), created at start
-and removed at exit. A worker whose supervisor has gone (killed) sees its pipe close and drains.
+and removed at exit, and the table of session counts in shared memory (``web/limits.py``) that
+makes ``max_active_sessions`` and ``max_sessions_per_client`` hold for the port, not per worker:
+each worker counts in its own column (its slot), which is zeroed when the slot's worker dies.
+A worker whose supervisor has gone (killed) sees its pipe close and drains.
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ from aiohttp import web
 
 from ..config import Settings
 from ..metrics import MULTIPROC_ENV
+from ..web.limits import SharedLimits
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +75,7 @@ class Supervisor:
     def __init__(self, settings: Settings, count: int) -> None:
         self.settings, self.count = settings, count
         self.ctx = multiprocessing.get_context("spawn")  # never fork a loaded process
+        self.limits = SharedLimits(count)  # before any worker starts: each gets it at its start
         self.workers: dict[int, _Worker] = {}
         self.due: dict[int, float] = {}  # slot -> when its replacement starts
         self.backoff: dict[int, float] = {}
@@ -102,7 +107,8 @@ class Supervisor:
 
     def _start(self, slot: int) -> None:
         parent_end, child_end = self.ctx.Pipe()
-        process = self.ctx.Process(target=worker_main, args=(self.settings, child_end),
+        self.limits.clear_worker(slot)  # a dead predecessor's sessions are gone with it
+        process = self.ctx.Process(target=worker_main, args=(self.settings, child_end, self.limits, slot),
                                    name=f"gateway-worker-{slot}", daemon=False)
         process.start()
         child_end.close()
@@ -186,15 +192,16 @@ def supervise(settings: Settings, count: int) -> int:
 
 
 # -- in each worker ------------------------------------------------------------------------
-def worker_main(settings: Settings, pipe: Connection) -> None:
-    """A worker process: the gateway on a ``SO_REUSEPORT`` socket, reporting to ``pipe``."""
+def worker_main(settings: Settings, pipe: Connection, limits: SharedLimits | None = None, slot: int = 0) -> None:
+    """A worker process: the gateway on a ``SO_REUSEPORT`` socket, reporting to ``pipe``, its
+    sessions counted in column ``slot`` of the port's ``limits``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the supervisor, which sends SIGTERM
     logging.basicConfig(level=settings.log_level.upper(), format=WORKER_LOG_FORMAT)
     from ..web.app import make_app
     from .server import run_loop, serve
 
     try:
-        app = make_app(settings)
+        app = make_app(settings, slots=limits.for_worker(slot) if limits is not None else None)
     except (ValueError, ImportError) as exc:  # e.g. agent_backend=openai without agent_url
         log.error("bad settings: %s", exc)
         raise SystemExit(2) from None

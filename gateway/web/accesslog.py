@@ -22,7 +22,9 @@ from .proxies import CLIENT_VIEW
 # aiohttp's own format with the time taken after the size: for a WebSocket, the session's length
 FORMAT = '%a %t "%r" %s %b %Tfs "%{Referer}i" "%{User-Agent}i"'
 SECRET_KEYS = frozenset({"token", "access_token"})  # the query keys that carry a credential
-_PAIR = re.compile(r"(?<=[?&;])([^=&;?#\s]+)=([^&;#\s\"']*)")
+# a value ends at ASCII whitespace only (a request line's separator): Unicode spaces inside a
+# credential are hidden with it, never left in the line
+_PAIR = re.compile(r"(?<=[?&;])([^=&;?#\s]+)=([^&;#\s\"']*)", re.ASCII)
 
 
 def _hide(match: re.Match[str]) -> str:

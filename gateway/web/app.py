@@ -7,9 +7,12 @@ from typing import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.typedefs import Middleware
 
 from . import http
+from .openai_speech import speech
 from .admission import Admission
+from .limits import Slots
 from ..agent import create_agent
 from ..config import Settings
 from ..engines import create_engine
@@ -52,7 +55,9 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         return error_response(500, "internal_error", "internal server error")
 
 
-async def _engine_lifecycle(app: web.Application) -> AsyncIterator[None]:
+async def engine_lifecycle(app: web.Application) -> AsyncIterator[None]:
+    """A ``cleanup_ctx`` for an app holding a gateway: its engine loads in the background
+    (``/readyz`` says when), and the engine and the agent close with the app."""
     gw = app[GATEWAY]
     loader = asyncio.create_task(_load_engine(gw))
     yield
@@ -60,6 +65,13 @@ async def _engine_lifecycle(app: web.Application) -> AsyncIterator[None]:
     await asyncio.gather(loader, return_exceptions=True)
     await gw.engine.aclose()
     await gw.agent.aclose()
+
+
+async def close_idle_upstream(app: web.Application) -> None:
+    """``on_shutdown``: close the engine's pooled idle sockets (the container engine's) before
+    the handlers are waited for, so that a model container shutting down too is not kept
+    waiting for them; a segment in flight keeps its own."""
+    await app[GATEWAY].engine.close_idle()
 
 
 async def _load_engine(gw: Gateway) -> None:
@@ -90,13 +102,15 @@ async def _prepare(gw: Gateway) -> None:
     voice = gw.settings.default_voice or gw.engine.default_voice
     if gw.settings.speed_warmup_text:
         await gw.hub.warm_up(gw.settings.speed_warmup_text, voice)  # waits for the vocoder's build
-    elif (wait := getattr(gw.engine, "wait_vocoder", None)) is not None:
-        await wait(voice)
+    else:
+        await gw.engine.wait_vocoder(voice)
 
 
-def build_gateway(settings: Settings, engine: Engine, *, admit: bool = True) -> Gateway:
+def build_gateway(settings: Settings, engine: Engine, *, admit: bool = True, slots: Slots | None = None) -> Gateway:
     """The state one app holds. ``admit=False`` turns admission control off (the model
-    container: its pooled sockets live across replies, and SageMaker routes the load)."""
+    container: its pooled sockets live across replies, and SageMaker routes the load).
+    ``slots``: the counts its limits hold over (default: this process's; a worker's share of
+    its port's, ``limits.SharedLimits``)."""
     metrics = Metrics()
     max_active = settings.max_active_sessions or engine.max_concurrency * 4
     hub = SynthesisHub(engine, cache_mb=settings.cache_mb, timeout_s=settings.synth_timeout_s, metrics=metrics,
@@ -114,26 +128,29 @@ def build_gateway(settings: Settings, engine: Engine, *, admit: bool = True) -> 
             queue_timeout_s=settings.queue_timeout_s,
             per_client=settings.max_sessions_per_client if admit else 0,
             metrics=metrics,
+            slots=slots,
         ),
     )
 
 
-def make_app(settings: Settings, engine: Engine | None = None) -> web.Application:
-    """Build the gateway. The engine loads in the background; ``/readyz`` says when it is done."""
-    middlewares = [errors_middleware]
+def make_app(settings: Settings, engine: Engine | None = None, *, slots: Slots | None = None) -> web.Application:
+    """Build the gateway. The engine loads in the background; ``/readyz`` says when it is done.
+    ``slots``: a worker's share of the admission counts of its port (``build_gateway``)."""
+    middlewares: list[Middleware] = [errors_middleware]
     header = parse_header(settings.forwarded_header)
     if trusted := parse_trusted(settings.trusted_proxies):  # the client behind a proxy
         middlewares.append(client_middleware(trusted, header))
     app = web.Application(middlewares=middlewares, client_max_size=1024 * 1024)
-    app[GATEWAY] = build_gateway(settings, engine or create_engine(settings))
-    app.cleanup_ctx.append(_engine_lifecycle)
+    app[GATEWAY] = build_gateway(settings, engine or create_engine(settings), slots=slots)
+    app.cleanup_ctx.append(engine_lifecycle)
+    app.on_shutdown.append(close_idle_upstream)
     app.router.add_get("/", http.index)
     app.router.add_get("/healthz", http.healthz)
     app.router.add_get("/readyz", http.readyz)
     app.router.add_get("/metrics", http.metrics)
     app.router.add_get("/v1/voices", http.voices)
     app.router.add_post("/v1/tokens", handle_mint)
-    app.router.add_post("/v1/audio/speech", http.speech)
+    app.router.add_post("/v1/audio/speech", speech)
     app.router.add_route("GET", "/v1/stream/sse", handle_sse)
     app.router.add_route("POST", "/v1/stream/sse", handle_sse)
     app.router.add_get("/v1/stream/ws", handle_ws)
@@ -143,13 +160,19 @@ def make_app(settings: Settings, engine: Engine | None = None) -> web.Applicatio
 
 async def drain(gw: Gateway, grace_s: float) -> None:
     """Graceful stop: refuse new sessions, let those in flight finish up to ``grace_s``, then
-    close the WebSockets still open with 1001 (going away)."""
+    close the WebSockets still open with 1001 (going away). A socket kept open between
+    replies (the model container's pooled ones) has nothing in flight: it is closed at once,
+    or as soon as its reply is done, rather than waited for."""
     from aiohttp import WSCloseCode
 
     gw.admission.draining = True
     loop = asyncio.get_running_loop()
     deadline = loop.time() + grace_s
-    while gw.admission.active and loop.time() < deadline:
+    while loop.time() < deadline:
+        idle = [ch for ch in gw.channels if ch.between_replies()]
+        await asyncio.gather(*(ch.close(WSCloseCode.GOING_AWAY, "going_away") for ch in idle), return_exceptions=True)
+        if not gw.admission.active and not idle:
+            break
         await asyncio.sleep(0.05)
     left = list(gw.channels)
     if left:

@@ -25,7 +25,7 @@ from aiohttp import web
 
 from ..core import batch
 from . import http
-from .app import _engine_lifecycle, build_gateway, errors_middleware
+from .app import build_gateway, close_idle_upstream, engine_lifecycle, errors_middleware
 from ..audio.encoders import CONTENT_TYPES
 from ..config import Settings
 from ..engines import create_engine
@@ -52,6 +52,10 @@ class ContainerChannel(WsChannel):
     rate_limited = False
     keeps_socket = True
     idle_close = False
+
+    def between_replies(self) -> bool:
+        # the pump has sent the last reply's done (or no reply began), and no close is under way
+        return not self.closing and (self.writer is None or self.writer.done())
 
 
 async def ping(request: web.Request) -> web.Response:
@@ -94,7 +98,8 @@ def make_container_app(settings: Settings, engine: Engine | None = None) -> web.
     """The model container. The engine loads in the background; ``/ping`` says when it is done."""
     app = web.Application(middlewares=[errors_middleware], client_max_size=1024 * 1024)
     app[GATEWAY] = build_gateway(settings, engine or create_engine(settings), admit=False)
-    app.cleanup_ctx.append(_engine_lifecycle)
+    app.cleanup_ctx.append(engine_lifecycle)
+    app.on_shutdown.append(close_idle_upstream)
     app.router.add_get("/ping", ping)
     app.router.add_post("/invocations", invocations)
     app.router.add_get(STREAM_PATH, stream)

@@ -5,7 +5,6 @@ from pathlib import Path
 
 from aiohttp import web
 
-from .openai_speech import speech  # noqa: F401  (POST /v1/audio/speech, OpenAI-compatible)
 from .state import GATEWAY
 
 
@@ -24,9 +23,9 @@ async def readyz(request: web.Request) -> web.Response:
     body["budget"] = gw.hub.budget.snapshot()  # load in engine-seconds per second, queue
     body["cache"] = {"segments": len(gw.hub.cache), "bytes": gw.hub.cache_bytes,
                      "limit_bytes": gw.hub.cache_limit, "in_flight": len(gw.hub.flights)}
-    if (vocoder := getattr(gw.engine, "vocoder_status", None)) is not None:
+    if (vocoder := gw.engine.vocoder_status) is not None:
         body["vocoder"] = vocoder  # streaming inside a segment: builds after readiness
-    if (batching := getattr(gw.engine, "batching", None)) is not None:
+    if (batching := gw.engine.batching) is not None:
         body["batching"] = batching  # the torch engine: sessions' pieces per forward pass
     return web.json_response(body, status=200 if body["ready"] else 503)
 
@@ -36,6 +35,8 @@ async def metrics(request: web.Request) -> web.Response:
     budget = gw.hub.budget
     gw.metrics.load.set(budget.load())
     gw.metrics.backlog.set(budget.backlog_s())
+    for kind, count in gw.engine.work.items():
+        gw.metrics.engine_work.labels(kind).set(count)
     return web.Response(body=gw.metrics.render(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
 
@@ -50,7 +51,7 @@ async def voices(request: web.Request) -> web.Response:
         "default_vocoder": gw.engine.capabilities.default_vocoder,
         "timestamps": gw.engine.capabilities.timestamps,  # `words` events on the channels
         # the embedded and torch engines: which voice packs are in use (store or fallback)
-        **({"store": store} if (store := getattr(gw.engine, "voice_store", None)) else {}),
+        **({"store": store} if (store := gw.engine.voice_store) else {}),
     })
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Mapping
+from typing import Any, AsyncGenerator, Mapping
 
 from aiohttp import web
 
@@ -32,7 +32,7 @@ from ..audio.resample import at_rate
 from ..core import batch
 from ..config import Settings
 from ..engines.base import Engine
-from ..errors import BadRequest
+from ..errors import BadRequest, quoted
 from .jsonbody import decode_object
 from .openai_stream import stream_audio, stream_sse, usage
 from ..core.options import StreamOptions, check_bitrate, check_sample_rate, parse_bool, parse_options
@@ -88,7 +88,7 @@ def _voice(body: Mapping[str, Any], engine: Engine) -> str | None:
 def _speed(body: Mapping[str, Any], engine: Engine) -> float:
     raw = body.get("speed", 1.0)
     if isinstance(raw, bool) or not isinstance(raw, (int, float)) or raw != raw:
-        raise BadRequest(f"`speed` must be a number, got {raw!r}", code="invalid_option")
+        raise BadRequest(f"`speed` must be a number, got {quoted(raw)}", code="invalid_option")
     if not OPENAI_MIN_SPEED <= raw <= OPENAI_MAX_SPEED:
         raise BadRequest(f"`speed` must be between {OPENAI_MIN_SPEED} and {OPENAI_MAX_SPEED}, "
                          f"got {raw}", code="invalid_speed")
@@ -108,17 +108,17 @@ def parse_speech(body: Any, settings: Settings, engine: Engine) -> SpeechRequest
                          "symbols, emoji or control characters", code="nothing_to_speak")
     model = _string(body, "model")
     if model is not None and model not in MODELS:
-        raise BadRequest(f"unknown model {model!r}; choose one of {', '.join(MODELS)} "
+        raise BadRequest(f"unknown model {quoted(model)}; choose one of {', '.join(MODELS)} "
                          "(all run Kokoro-82M)", code="unknown_model")
     _string(body, "instructions")  # accepted, ignored: Kokoro takes no style prompt
     fmt = (_string(body, "response_format") or "mp3").lower()
     if fmt not in RESPONSE_FORMATS:
-        raise BadRequest(f"unknown response_format {fmt!r}; choose one of "
+        raise BadRequest(f"unknown response_format {quoted(fmt)}; choose one of "
                          f"{', '.join(RESPONSE_FORMATS)}", code="unknown_format")
     stream_format = _string(body, "stream_format") or "audio"
     if stream_format not in STREAM_FORMATS:
         raise BadRequest(f"stream_format must be 'audio' (chunked audio) or 'sse' (OpenAI's "
-                         f"speech.audio.delta events), got {stream_format!r}", code="invalid_option")
+                         f"speech.audio.delta events), got {quoted(stream_format)}", code="invalid_option")
     stream = parse_bool(True if body.get("stream") is None else body["stream"], "stream")
     if stream_format == "sse" and not stream:
         raise BadRequest("stream_format 'sse' always streams: drop `stream: false`, or ask for "
@@ -152,7 +152,7 @@ def encode_reply(req: SpeechRequest, pcm: bytes) -> bytes:
     return audio
 
 
-def _payloads(req: SpeechRequest, gw: Gateway) -> AsyncIterator[bytes]:
+def _payloads(req: SpeechRequest, gw: Gateway) -> AsyncGenerator[bytes, None]:
     """The reply's payloads as each is encoded, from the same pipeline as the streaming
     channels (a listener's schedule, shared synthesis, the cache)."""
     fmt = _ENCODER_FORMAT[req.response_format]

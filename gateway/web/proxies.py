@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Sequence
+from typing import Any, Awaitable, Callable, Sequence
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -119,11 +120,11 @@ def resolve(peer: str | None, fwd: Forwarding, trusted: Sequence[Network]) -> tu
     return str(client), proto if proto in SCHEMES else None
 
 
-def client_middleware(trusted: Sequence[Network], header: str = XFF) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
+def client_middleware(trusted: Sequence[Network], header: str = XFF) -> Middleware:
     @web.middleware
     async def forwarded_client(request: web.Request, handler: Handler) -> web.StreamResponse:
         client, scheme = resolve(request.remote, forwarding(request, header), trusted)
-        changes: dict[str, str] = {}
+        changes: dict[str, Any] = {}  # clone()'s keywords
         if client != request.remote and client is not None:
             changes["remote"] = client
         if scheme is not None and scheme != request.scheme:

@@ -16,7 +16,7 @@ from yarl import URL
 
 from . import tokens
 from ..config import Settings
-from ..errors import Forbidden, Unauthorized
+from ..errors import Forbidden, Unauthorized, quoted
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -89,7 +89,7 @@ def check_origin(request: web.Request, settings: Settings) -> None:
         parsed = None
     if parsed is not None and parsed.host and request.host and f"{parsed.host}:{parsed.port}" in _own_hosts(request):
         return
-    raise Forbidden(f"origin {origin!r} is not allowed; set allowed_origins to permit it")
+    raise Forbidden(f"origin {quoted(origin)} is not allowed; set allowed_origins to permit it")
 
 
 def _own_hosts(request: web.Request) -> set[str]:

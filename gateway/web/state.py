@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from aiohttp import web
 
@@ -15,6 +16,14 @@ from ..metrics import Metrics
 from ..core.synthesis import SynthesisHub
 
 
+class OpenChannel(Protocol):
+    """An open WebSocket channel, as a shutdown sees it (``transports.ws.WsChannel``)."""
+
+    def between_replies(self) -> bool: ...
+
+    async def close(self, code: int, message: str = "") -> None: ...
+
+
 @dataclass(slots=True)
 class Gateway:
     settings: Settings
@@ -24,7 +33,7 @@ class Gateway:
     admission: Admission
     hub: SynthesisHub
     ready: asyncio.Event = field(default_factory=asyncio.Event)
-    channels: set[object] = field(default_factory=set)  # open WebSocket channels, for shutdown
+    channels: set[OpenChannel] = field(default_factory=set)  # open WebSocket channels, for shutdown
     load_error: str | None = None
 
     async def wait_ready(self, timeout: float = 60.0) -> None:

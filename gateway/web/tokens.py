@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from ..errors import BadRequest, Forbidden, Unauthorized
+from ..errors import BadRequest, Forbidden, Unauthorized, quoted
 from .jsonbody import decode_object
 from .state import GATEWAY
 
@@ -89,10 +89,10 @@ def check_scope(grant: Grant, path: str) -> None:
     """``Forbidden`` (403 ``insufficient_scope``) unless ``path`` is one of the grant's routes."""
     scope = ROUTE_SCOPES.get(path)
     if scope is None:
-        raise Forbidden(f"a browser token does not open {path}; it needs the server's auth_token",
+        raise Forbidden(f"a browser token does not open {quoted(path)}; it needs the server's auth_token",
                         code="insufficient_scope")
     if scope not in grant.scope:
-        raise Forbidden(f"this token's scope ({', '.join(sorted(grant.scope))}) does not include {scope!r}",
+        raise Forbidden(f"this token's scope ({', '.join(sorted(grant.scope))}) does not include {quoted(scope)}",
                         code="insufficient_scope")
 
 

@@ -252,7 +252,7 @@ async def test_container_crash_reaches_the_browser_as_model_stream_error(
 async def container_sockets(http: aiohttp.ClientSession, c: Container) -> float:
     async with http.get(c.url + "/metrics") as resp:
         text = await resp.text()
-    line = next(l for l in text.splitlines() if l.startswith('tts_sessions_active{channel="container"}'))
+    line = next(s for s in text.splitlines() if s.startswith('tts_sessions_active{channel="container"}'))
     return float(line.split()[-1])
 
 

@@ -8,7 +8,6 @@ from typing import Any, Callable
 import aiohttp
 
 
-
 class Talk:
     """One socket; ``turn`` sends a prompt and reads that turn's events up to ``done`` or ``error``
     (or ``cancelled``). Audio frames are recorded as ``("audio", {"bytes": n})``."""
@@ -57,3 +56,18 @@ def heard(events: list[tuple[str, dict[str, Any]]]) -> str:
         elif kind == "audio" and current >= 0 and said.get(current) is not None:
             out.append(said.pop(current))
     return " ".join(out)
+
+
+async def fails_then_recovers(http: aiohttp.ClientSession, ws_url: str, replies: list[Any], failing: Any,
+                              code: str) -> dict[str, Any]:
+    """On one socket, a turn the agent's stand-in answers with ``failing`` (queued on its
+    ``replies``, then "Back again." after it), which must end in an ``error`` of ``code``, then
+    one that works: a failed turn never ends the conversation. The failed turn's ``error`` body."""
+    replies.extend([failing, type(failing)(["Back again."])])
+    async with http.ws_connect(ws_url) as ws:
+        talk = Talk(ws)
+        failed = await talk.turn("Hello?")
+        assert failed[-1][0] == "error" and failed[-1][1]["code"] == code
+        ok = await talk.turn("Hello again?")
+        assert texts(ok) == ["Back again."] and ok[-1][0] == "done"
+    return failed[-1][1]

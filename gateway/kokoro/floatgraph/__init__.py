@@ -18,7 +18,10 @@ import logging
 import os
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    import onnx
 
 log = logging.getLogger(__name__)
 

@@ -76,7 +76,8 @@ def _dequantized(g: Graph, node: onnx.NodeProto, scale: np.ndarray, axis: int) -
     shape[axis] = -1
     zero = np.reshape(zero, shape) if np.ndim(zero) else zero
     scale = np.reshape(scale, shape) if np.ndim(scale) else scale
-    return (weight - zero) * scale
+    dequantized: np.ndarray = (weight - zero) * scale
+    return dequantized
 
 
 def _source(g: Graph, node: onnx.NodeProto) -> str:
@@ -128,7 +129,7 @@ def _lstm(g: Graph, node: onnx.NodeProto) -> onnx.NodeProto:
     """ONNX LSTM wants W [D, 4H, in] and R [D, 4H, H]; the quantized op stores them transposed."""
     ins = list(node.input)
     weights = []
-    for k, (q, s, z) in enumerate(((ins[1], ins[8], ins[9]), (ins[2], ins[10], ins[11]))):
+    for q, s, z in ((ins[1], ins[8], ins[9]), (ins[2], ins[10], ins[11])):
         w = g.array(q).astype(np.float32)
         w = (w - g.array(z).astype(np.float32)[:, None, None]) * g.array(s).astype(np.float32)[:, None, None]
         weights.append(g.add_weight(float_name(q), w.transpose(0, 2, 1)))
@@ -164,7 +165,7 @@ def dequantize(model: onnx.ModelProto) -> onnx.ModelProto:
             new = REWRITES[node.op_type](g, node)
             for name in new.output:
                 replaced[name] = new
-    nodes = []
+    nodes: list[onnx.NodeProto] = []
     for node in out.graph.node:  # each float node where its pattern's last node was: still sorted
         if any(o in replaced for o in node.output):
             nodes.extend({id(replaced[o]): replaced[o] for o in node.output if o in replaced}.values())

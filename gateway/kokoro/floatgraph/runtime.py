@@ -82,4 +82,5 @@ class BoundSession:
         for name in names:
             binding.bind_output(name, "cpu")
         self.session.run_with_iobinding(binding)
-        return binding.copy_outputs_to_cpu()
+        outputs: list[np.ndarray] = binding.copy_outputs_to_cpu()
+        return outputs

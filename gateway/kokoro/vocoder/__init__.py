@@ -6,7 +6,8 @@ onnxruntime) happen only when a vocoder is built.
 from __future__ import annotations
 
 from .calibrate import default_cache_dir
-from .chunked import MODES, Encoded, Policy
+from .chunked import Encoded, Policy
+from .modes import MODES
 from .streaming import BuildReport, StreamingVocoder
 
 __all__ = ["MODES", "BuildReport", "Encoded", "Policy", "StreamingVocoder", "default_cache_dir"]

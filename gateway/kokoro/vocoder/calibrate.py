@@ -152,7 +152,7 @@ def save_cached(path: Path, stats: Stats) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz")
     try:
         with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, **stats)
+            np.savez(fh, allow_pickle=False, **stats)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -23,8 +23,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .modes import MODES
-from .names import CROP, ENERGY, F0, FEATURES, HARMONICS, PHASE_OFFSET
+from .names import CROP, DURATIONS, ENERGY, F0, FEATURES, HARMONICS, PHASE_OFFSET
 
 SAMPLE_RATE = 24000
 FRAME = 600  # samples per feature frame (40 frames a second); F0 and energy have two per frame
@@ -55,8 +54,15 @@ class Encoded:
 class Policy:
     """How a sentence is cut: chunk sizes in frames, context, cross-fades, when to go exact."""
 
-    sizes: tuple[int, ...] = (6, 8, 12, 16, 24, 32, 48)  # chunk shapes; the first opens
+    # chunk shapes; the first opens. The large ones run only once the lead covers them: each
+    # chunk pays 2 x ``context`` frames and a call's fixed cost, so fewer, larger ones cost less
+    sizes: tuple[int, ...] = (6, 8, 12, 16, 24, 32, 48, 64, 96)
     adaptive: bool = True  # pick each next size by measured speed (else: in order, last repeats)
+    # once the first chunk is out, the rest of the segment in one call when the engine is
+    # predicted too slow for any chunking to keep a real-time player fed (a stall is certain):
+    # the least engine time (no context, one call's fixed cost), though the player's wait then
+    # comes in one longer piece (docs/STREAMING_VOCODER.md); frozen-first's call is its exact rest
+    batch_rest: bool = True
     context: int = 4  # generator frames computed and dropped each side of a chunk
     # left context of a segment's opening chunk, which starts in the model's lead silence:
     # there 2 frames come as close to a wide window as 4 (measured: tests/test_vocoder.py),
@@ -87,7 +93,8 @@ def phase_offset(f0: np.ndarray, start: int) -> np.ndarray:
     rad = f0[0, :start, None].astype(np.float32) * harmonics / np.float32(SAMPLE_RATE)
     rad = (rad - np.floor(rad)).astype(np.float64)
     cycles = rad.sum(axis=0) * SOURCE_UPSAMPLE
-    return ((cycles % 1.0) / SOURCE_UPSAMPLE).astype(np.float32).reshape(1, 1, HARMONICS)
+    phase: np.ndarray = ((cycles % 1.0) / SOURCE_UPSAMPLE).astype(np.float32).reshape(1, 1, HARMONICS)
+    return phase
 
 
 def voiced_span(energy: np.ndarray, lead: int, tail: int) -> tuple[int, int]:
@@ -119,8 +126,9 @@ class ChunkRunner:
         and the generator window's length in frames.
 
         The exact vocoder's front always sees the whole segment (its statistics are then the
-        whole model's). ``left`` overrides the generator's context before ``start``. ``to_end`` extends the generator's window to the segment's end: exact
-        statistics that include the trailing silence, as the whole sentence's do, sound closer.
+        whole model's). ``left`` overrides the generator's context before ``start``. ``to_end``
+        extends the generator's window to the segment's end: exact statistics that include the
+        trailing silence, as the whole sentence's do, sound closer.
         """
         frames, ctx = self.enc.frames, self.policy.context
         if lead > FRAME or (lead and start < 1):
@@ -143,3 +151,13 @@ class ChunkRunner:
             audio = self.frozen.run(None, feeds)[0]
         audio = np.asarray(audio, np.float32).reshape(-1)
         return audio[(start - lo) * FRAME - lead:(stop - lo) * FRAME], hi - lo
+
+
+def encode_segment(session: Any, tokens: list[int], style: np.ndarray, speed: float) -> Encoded:
+    features, f0, energy, durations = session.run([FEATURES, F0, ENERGY, DURATIONS], {
+        "tokens": np.array([[0, *tokens, 0]], dtype=np.int64),
+        "style": np.asarray(style, np.float32).reshape(1, 256),
+        "speed": np.array([speed], dtype=np.float32),
+    })
+    return Encoded(np.asarray(features, np.float32), np.asarray(f0, np.float32),
+                   np.asarray(energy, np.float32), np.asarray(durations).ravel().astype(np.int64))

@@ -16,3 +16,13 @@ class VocoderMode(StrEnum):
 
 
 MODES: tuple[VocoderMode, ...] = tuple(VocoderMode)
+#: the mode an engine that streams inside a segment uses when a reply names none, unless it is
+#: configured otherwise (``embedded_vocoder``'s default in ``gateway/config.py`` is this value,
+#: held equal by a test: config may not import this layer). A reply's mode is then resolved
+#: once, from what the engine declares: ``engines/base.Capabilities.vocoder_for``.
+DEFAULT: VocoderMode = VocoderMode.FROZEN_FIRST
+
+
+def check_mode(mode: str) -> None:
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}")

@@ -26,6 +26,7 @@ Tensor names are the ones the shipped export uses; another export fails in ``fin
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import onnx
@@ -51,7 +52,7 @@ def find_boundary(model: onnx.ModelProto) -> None:
         raise ValueError(f"not the Kokoro export this vocoder split knows: missing {missing}")
 
 
-def _float_input(name: str, shape: list[int | str | None]) -> onnx.ValueInfoProto:
+def _float_input(name: str, shape: Sequence[int | str | None]) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
 
 

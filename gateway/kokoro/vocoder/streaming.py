@@ -20,10 +20,10 @@ from ..parts import load_vocab
 from ..floatgraph.runtime import make_session
 from ..onnx_sessions import SharedWeights
 from . import calibrate
-from .chunked import FRAME, FRAME_S, MODES, ChunkRunner, Encoded, Policy, fade, voiced_span
-from .modes import VocoderMode
+from .chunked import FRAME, FRAME_S, ChunkRunner, Encoded, Policy, encode_segment, fade, voiced_span
+from .modes import DEFAULT, VocoderMode, check_mode
 from .pacing import CostModel, Pacer, first_size, next_size
-from .names import DURATIONS, ENERGY, F0, FEATURES, Statistic
+from .names import Statistic
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,8 @@ class StreamingVocoder:
         self.exact_costs = CostModel()  # exact calls (whole segments, or the rest of one)
         self.report: BuildReport | None = None
         # what add_voice() needs to calibrate a voice later (set by build())
-        self._digest, self._cache_dir = "", None
+        self._digest = ""
+        self._cache_dir: Path | None = None
         self._vocab: Mapping[str, int] = {}
         self._sentences: Sequence[str] = calibrate.SENTENCES
         self.stop = threading.Event()  # set it to end a calibration in progress (Stopped)
@@ -129,15 +130,15 @@ class StreamingVocoder:
             return 0.0
 
         def encode(tokens: list[int], style: np.ndarray, speed: float) -> tuple[np.ndarray, ...]:
-            enc = _encode(self._encoder, tokens, style, speed)
+            enc = encode_segment(self._encoder, tokens, style, speed)
             return enc.features, enc.f0, enc.energy
 
         packs = {voice: np.asarray(pack, np.float32).reshape(-1, 256)}
-        stats, elapsed = calibrate.timed_calibrate(encode, self._exact, self.statistics, packs,
-                                                   self._vocab, self._sentences, self.stop)
+        calibrated, elapsed = calibrate.timed_calibrate(encode, self._exact, self.statistics, packs,
+                                                        self._vocab, self._sentences, self.stop)
         if path is not None:
-            calibrate.save_cached(path, stats[voice])
-        self._stats[voice] = stats[voice]  # one assignment: readers see all of it or nothing
+            calibrate.save_cached(path, calibrated[voice])
+        self._stats[voice] = calibrated[voice]  # one assignment: readers see all of it or nothing
         return max(elapsed, 1e-9)
 
     def with_policy(self, policy: Policy) -> "StreamingVocoder":
@@ -172,7 +173,7 @@ class StreamingVocoder:
             self.costs.observe(window, time.perf_counter() - t0)
 
     def encode(self, tokens: list[int], style: np.ndarray, speed: float) -> Encoded:
-        return _encode(self._encoder, tokens, style, speed)
+        return encode_segment(self._encoder, tokens, style, speed)
 
     def span(self, enc: Encoded) -> tuple[int, int]:
         """The frames [start, stop) of ``enc`` that ``stream_encoded`` yields (the silence
@@ -187,7 +188,7 @@ class StreamingVocoder:
                            self._stats[voice], self.policy)
 
     def synthesize_chunks(self, tokens: list[int], style: np.ndarray, speed: float, voice: str, *,
-                          mode: str = VocoderMode.FROZEN_FIRST, frozen_frames: int | None = None,
+                          mode: str = DEFAULT, frozen_frames: int | None = None,
                           buffered_s: float = 0.0) -> Iterator[np.ndarray]:
         """Float32 audio chunks for one segment (``tokens`` without the pad ids).
 
@@ -201,16 +202,16 @@ class StreamingVocoder:
         they wait for the first sound). In ``frozen-first`` mode, a segment whose whole exact
         call is predicted to finish within that goes exact in one call: nothing to hurry.
         """
-        _check_mode(mode)
+        check_mode(mode)
         enc = self.encode(tokens, style, speed)
         yield from self.stream_encoded(enc, style, voice, mode=mode, frozen_frames=frozen_frames,
                                        buffered_s=buffered_s)
 
     def stream_encoded(self, enc: Encoded, style: np.ndarray, voice: str, *,
-                       mode: str = VocoderMode.FROZEN_FIRST, frozen_frames: int | None = None,
+                       mode: str = DEFAULT, frozen_frames: int | None = None,
                        buffered_s: float = 0.0) -> Iterator[np.ndarray]:
         """``synthesize_chunks`` from the encoder's output (for tools that alter it)."""
-        _check_mode(mode)
+        check_mode(mode)
         p = self.policy
         start, stop = self.span(enc)
         runner = self._runner(enc, style, voice)
@@ -238,6 +239,9 @@ class StreamingVocoder:
         while pos < stop:
             if index:
                 size = next_size(p, pacer, size, index)
+                cost = pacer.costs.predict(stop - pos + 2 * p.context)
+                if not hand_over and self._behind(cost, pacer.ahead_s(), stop - pos, frozen_frames):
+                    size = stop - pos  # frozen: the rest in one call (``Policy.batch_rest``)
             else:  # the smallest that pays for the next; larger if the listener's buffer allows
                 size = first_size(p, self.costs)
                 if pacer.first is not None:
@@ -246,7 +250,7 @@ class StreamingVocoder:
             if stop - end < p.min_chunk + p.crossfade:
                 end = stop
             rest_window = runner.enc.frames - max(0, end - p.crossfade - p.context)
-            last = hand_over and end < stop and self._switch(pacer, pos, end, start, rest_window,
+            last = hand_over and end < stop and self._switch(pacer, pos, end, (start, stop), rest_window,
                                                              frozen_frames)
             t0 = time.perf_counter()
             left = p.open_left if index == 0 else None  # the opening chunk starts in silence
@@ -265,36 +269,33 @@ class StreamingVocoder:
                 return
             pos, index = end, index + 1
 
-    def _switch(self, pacer: Pacer, pos: int, end: int, start: int, rest_window: int,
+    def _switch(self, pacer: Pacer, pos: int, end: int, span: tuple[int, int], rest_window: int,
                 frozen_frames: int | None) -> bool:
         """Should [pos, end) be the last frozen chunk: will the exact rest (a window of
-        ``rest_window`` frames, to the segment's end) then be ready in time?"""
+        ``rest_window`` frames, to the segment's end) then be ready in time, or is a stall
+        certain whatever comes next (``_behind``)? ``span``: the segment's [start, stop)."""
         p = self.policy
         if frozen_frames is not None:
-            return end - start >= frozen_frames
+            return end - span[0] >= frozen_frames
         chunk_s = (end - pos) * FRAME_S
         done_in = pacer.costs.predict(end - pos + 2 * p.context)
         # audio in hand, beyond what has played, once this chunk is done (playback starts
         # with the first chunk)
         ahead = chunk_s if pacer.first is None else pacer.ahead_s() - done_in + chunk_s
-        return ahead >= p.safety * self.predict_exact(rest_window)
+        if ahead >= p.safety * self.predict_exact(rest_window):
+            return True
+        # a stall is certain if even one frozen call over the rest (its cheapest form) ends late
+        return self._behind(pacer.costs.predict(span[1] - end + 2 * p.context), ahead, span[1] - end, frozen_frames)
+
+    def _behind(self, cost: float, ahead: float, frames: int, frozen_frames: int | None) -> bool:
+        """``Policy.batch_rest``: would one call over the rest (``frames`` of audio, predicted
+        to take ``cost`` s) end after the audio in hand (``ahead``) and the rest's own? Then no
+        chunking can keep a real-time player fed (each chunk only adds context and a call)."""
+        p = self.policy
+        return p.batch_rest and p.adaptive and frozen_frames is None and cost > ahead + frames * FRAME_S
 
     def predict_exact(self, window: int) -> float:
         """Seconds for one exact call over ``window`` frames: learned from exact calls once
         there were some, else from the frozen chunks (about the same cost per frame)."""
         return (self.exact_costs if self.exact_costs.seen else self.costs).predict(window)
 
-
-def _check_mode(mode: str) -> None:
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}")
-
-
-def _encode(session: Any, tokens: list[int], style: np.ndarray, speed: float) -> Encoded:
-    features, f0, energy, durations = session.run([FEATURES, F0, ENERGY, DURATIONS], {
-        "tokens": np.array([[0, *tokens, 0]], dtype=np.int64),
-        "style": np.asarray(style, np.float32).reshape(1, 256),
-        "speed": np.array([speed], dtype=np.float32),
-    })
-    return Encoded(np.asarray(features, np.float32), np.asarray(f0, np.float32),
-                   np.asarray(energy, np.float32), np.asarray(durations).ravel().astype(np.int64))

@@ -31,6 +31,11 @@ class Channel:
         self._audio_bytes = gw.metrics.bytes.labels(self.name, "audio")
         self._wire_bytes = gw.metrics.bytes.labels(self.name, "wire")
 
+    def between_replies(self) -> bool:
+        """Open with no reply in flight, kept for the next one (only sockets that outlive a
+        reply): a shutdown closes it at once."""
+        return False
+
     async def write(self, event: Event) -> int:
         """Put one event on the wire; return the bytes it took there."""
         raise NotImplementedError

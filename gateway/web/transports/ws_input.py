@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterator
 from aiohttp import WSCloseCode
 
 from ...config import Settings
-from ...errors import BadRequest, GatewayError, PayloadTooLarge
+from ...errors import BadRequest, GatewayError, PayloadTooLarge, quoted
 from ..jsonbody import decode_object
 
 CLIENT_TYPES = ("start", "text", "prompt", "flush", "end", "cancel", "ping")
@@ -94,7 +94,7 @@ def validate_message(msg: dict[str, Any], settings: Settings) -> str:
     """Check a client message's shape; return its type."""
     kind = msg.get("type")
     if kind not in CLIENT_TYPES:
-        raise BadRequest(f"unknown message type {kind!r}; expected one of {', '.join(CLIENT_TYPES)}", code="unknown_type")
+        raise BadRequest(f"unknown message type {quoted(kind)}; expected one of {', '.join(CLIENT_TYPES)}", code="unknown_type")
     if kind == "text":
         text = msg.get("text")
         if not isinstance(text, str):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from typing import Any, Callable
 
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.error import Error
@@ -31,7 +31,7 @@ from wyoming.server import AsyncEventHandler
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped, SynthesizeVoice
 
 from ... import __version__
-from ...errors import BadRequest, GatewayError
+from ...errors import BadRequest, GatewayError, quoted
 from ..state import Gateway
 from ...core.stream import Event, StreamSession
 from .channel import Channel
@@ -61,12 +61,14 @@ def voice_for(gw: Gateway, voice: SynthesizeVoice | None) -> str | None:
         return None
     wanted = voice.language.replace("_", "-").lower()
     voices = sorted(gw.engine.voices, key=lambda v: not v.default)
-    for same in (lambda lang: lang == wanted, lambda lang: lang.split("-")[0] == wanted.split("-")[0]):
+    matchers: tuple[Callable[[str], bool], ...] = (
+        lambda lang: lang == wanted, lambda lang: lang.split("-")[0] == wanted.split("-")[0])
+    for same in matchers:
         for candidate in voices:
             if same(candidate.language.lower()):
                 return candidate.id
     languages = sorted({v.language for v in gw.engine.voices})
-    raise BadRequest(f"no voice speaks {voice.language!r}; languages: {', '.join(languages)}",
+    raise BadRequest(f"no voice speaks {quoted(voice.language)}; languages: {', '.join(languages)}",
                      code="unknown_language")
 
 

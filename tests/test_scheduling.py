@@ -1,0 +1,192 @@
+"""Listeners sharing one engine, replayed on virtual time: no stall, starts near the oracle.
+
+The real core (sessions, pipelines, hub, scheduler, budget) on the fake engine computing one
+call at a time at a known pace, on an event loop whose clock jumps to its next timer
+(``tests/support/virtual_time.py``): every arrival is what an idle machine gives, the same on
+every run, so the assertions are on stall counts and starts of simulated players, never on
+how long anything took.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from bench.listeners import paragraph
+from gateway.config import Settings
+from gateway.core.budget import Budget, Job, Stream
+from gateway.core.edf import job, late, play
+from gateway.core.scheduler import EngineScheduler
+
+from .support.listeners_sim import Engine, Heard, round_of, sim_settings
+from .support.virtual_time import run_virtual
+from .test_budget import Clock, Fixed, steady_rate
+
+
+def rounds(rtf: float, chunk_ms: int, max_n: int, **listen: Any) -> list[list[Heard]]:
+    """``bench listeners`` on virtual time: a warm-up, then N = 1..max_n listeners at once."""
+    async def main() -> list[list[Heard]]:
+        engine = Engine(sim_settings(rtf, chunk_ms))
+        await engine.warm()
+        out = []
+        for n in range(1, max_n + 1):
+            out.append(await round_of(engine, [paragraph(k) for k in range(n)], **listen))
+            await asyncio.sleep(0.5)
+        return out
+
+    return run_virtual(main)
+
+
+@pytest.mark.parametrize("chunk_ms", [100, 100_000], ids=["streamed", "whole segments"])
+def test_no_admitted_listener_stalls_and_none_waits_to_be_refused(chunk_ms: int) -> None:
+    """At the embedded engine's pace on a quiet machine (RTF 0.43): before, a listener told a
+    preroll of 0 while it held one short segment started and ran dry (3.3 s at N=2, whole
+    segments), and a queued one stalled when a later one took its slot (N=5)."""
+    for n, heard in enumerate(rounds(0.43, chunk_ms, 5), start=1):
+        played = [h for h in heard if h.outcome in ("admitted", "queued")]
+        assert played, n
+        assert all(h.stalls == 0 for h in played), (n, heard)
+        assert not any(h.outcome == "refused late" for h in heard), (n, heard)  # refused at once instead
+        refused = [h for h in heard if h.outcome == "refused"]
+        assert all(h.retry_after and h.retry_after >= 1 for h in refused)
+
+
+def test_streamed_starts_stay_within_the_bar() -> None:
+    """``bench listeners``' fake engine (100 ms chunks) at RTF 0.43: every start within 1.3 x
+    its oracle + 300 ms (before: 2.5 s against 1.35 s at N=2)."""
+    for n, heard in enumerate(rounds(0.43, 100, 4), start=1):
+        assert all(h.within_bar for h in heard if h.outcome in ("admitted", "queued")), (n, heard)
+
+
+def test_a_freed_slot_stays_with_its_holder_when_its_next_segment_is_due_first() -> None:
+    """A reply's segments run one after another: its next call is not queued yet when its call
+    ends. Without the hold the slot went to whoever waited (round robin)."""
+    async def main() -> list[str]:
+        engine = EngineScheduler(slots=1, clock=asyncio.get_running_loop().time)
+        a, b, c = object(), object(), object()
+        order: list[str] = []
+
+        async def call(name: str, owner: object, deadline: float, then: float | None = None,
+                       delay: float = 0.0) -> None:
+            await asyncio.sleep(delay)
+            async with engine.slot(deadline, 1.0, owner) as got:
+                order.append(name)
+                await asyncio.sleep(1.0)
+                got.then = then
+
+        first = asyncio.create_task(call("a1", a, 1.0, then=2.0))
+        waiter = asyncio.create_task(call("b", b, 3.0, delay=0.1))  # waits while a1 runs
+        await first
+        await asyncio.sleep(0)  # a's next call comes a tick after its first ended
+        await call("a2", a, 2.0, then=4.0)  # ends at 2 s: b (3.0) is due before a's next (4.0)
+        urgent = asyncio.create_task(call("c", c, 0.5, delay=0.5))  # comes while b runs: after it
+        await asyncio.gather(waiter, urgent)
+        return order
+
+    assert run_virtual(main) == ["a1", "a2", "b", "c"]
+
+
+def test_a_kept_slot_yields_to_an_earlier_deadline_and_expires() -> None:
+    async def main() -> list[str]:
+        engine = EngineScheduler(slots=1, clock=asyncio.get_running_loop().time)
+        a, b = object(), object()
+        order: list[str] = []
+        async with engine.slot(1.0, 1.0, a) as got:
+            got.then = 5.0  # a's next call would be due at 5, but it never comes
+        async with engine.slot(9.0, 1.0, b):  # later than a's: waits out the hold, then runs
+            order.append("b")
+        async with engine.slot(1.0, 1.0, a) as got:
+            got.then = 5.0
+        async with engine.slot(2.0, 1.0, b):  # earlier than a's next: at once
+            order.append("b early")
+        return order
+
+    assert run_virtual(main) == ["b", "b early"]
+
+
+def test_a_waiting_player_moves_its_deadlines_to_when_it_holds_its_preroll() -> None:
+    """``edf.play``: a player told to start at its first audio, planned to start at 5 s, gets
+    its first segment at 1 s: it starts then, and its next segment is due at 2 s, not 6 s, so
+    it goes before another listener's segment due at 4 s."""
+    waiting = Stream((job(1.0, 5.0, 1.0), job(1.0, 6.0, 1.0)), hold_s=0.0, anchor_s=5.0)
+    other = Stream((Job(1.0, 4.0, 1.0),), release=1.0)
+    finish, shift = play([waiting, other], [0.0])
+    assert shift[0] == pytest.approx(1.0 - 5.0)
+    assert finish == [[1.0, 2.0], [3.0]]  # before: the other's job first, then a stall
+    assert late(waiting, finish[0], shift[0]) <= 0
+    fixed = Stream(waiting.jobs)  # the old model: deadlines stay where they were planned
+    assert play([fixed, other], [0.0])[0] == [[1.0, 3.0], [2.0]]
+
+
+def test_a_newcomer_waits_behind_the_sessions_queued_before_it() -> None:
+    clock, rate = Clock(), steady_rate(0.5)
+    budget = Budget(rate, EngineScheduler(slots=1), Settings(max_start_s=3.0, queue_timeout_s=60.0), clock=clock)
+    budget.add(Fixed([(0.9, k + 1.0) for k in range(10)]))
+    alone = budget.admit([2.0] * 5, None)
+    budget.expect(Fixed([(1.0, alone.start_s + 2.0 * k) for k in range(5)]))  # told to wait
+    behind = budget.admit([2.0] * 5, None)
+    assert behind.wait_s > alone.wait_s > 0
+
+
+def test_a_reply_whose_text_streams_in_is_budgeted_at_least_as_a_nominal_reply_until_it_ends() -> None:
+    """A WebSocket that sends its text after ``start`` (an agent's tokens): admitted as a nominal
+    reply, then forecast from its text as it comes, never below the nominal reply while more
+    can come. Before, one sentence in it counted as one sentence of work, a listener admitted
+    beside it took the engine, and the reply, growing, ran dry (1.3 s at RTF 0.6)."""
+    from gateway.core.budget import TYPICAL_AUDIO_S
+    from gateway.core.options import parse_options
+    from gateway.core.stream import StreamSession
+
+    async def budgeted() -> tuple[float, float, float]:
+        engine = Engine(sim_settings(0.43, 100))
+        options = parse_options({"format": "pcm", "cache": False}, engine.settings, engine.engine)
+        session = StreamSession(engine.engine, options, engine.settings, hub=engine.hub)
+        session.admit()
+        budget = engine.hub.budget
+
+        def work_audio() -> float:
+            return sum(j.audio_s for s in budget.streams()[0] for j in s.jobs)
+
+        nominal = work_audio()
+        session.push_text("Hello there, this is the first sentence. ")
+        opened = work_audio()
+        session.end()
+        ended = work_audio()
+        await session.aclose()
+        return nominal, opened, ended
+
+    nominal, opened, ended = run_virtual(budgeted)
+    assert nominal == pytest.approx(TYPICAL_AUDIO_S)
+    assert opened == pytest.approx(TYPICAL_AUDIO_S)  # one sentence known, more to come
+    assert 0 < ended < 4.0  # its input ended: its text alone
+
+    async def token_client_and_a_latecomer() -> list[Heard]:
+        engine = Engine(sim_settings(0.6, 100))
+        await engine.warm()
+        return list(await asyncio.gather(
+            engine.listen(paragraph(0) + " " + paragraph(5), later=True, token_s=0.06),
+            engine.listen(paragraph(1), delay_s=1.2)))
+
+    heard = run_virtual(token_client_and_a_latecomer)
+    assert [h.stalls for h in heard] == [0, 0], heard
+
+
+def test_text_after_start_on_a_booked_engine_is_decided_on_its_text() -> None:
+    """A WebSocket that sends its text after ``start`` on an engine too busy for a nominal reply
+    is not refused for work it may not add: the twin of an admitted reply ("Play both" from a
+    client that sends text later) plays with it; a reply of its own is refused on its text
+    (``error overloaded`` with ``retry_after``)."""
+    async def main() -> list[Heard]:
+        engine = Engine(sim_settings(0.8, 100, cache_mb=64.0))
+        await engine.warm()
+        text = paragraph(2) + " " + paragraph(3)
+        return list(await asyncio.gather(engine.listen(text, cache=True),
+                                         engine.listen(text, later=True, cache=True),
+                                         engine.listen(paragraph(4), later=True, delay_s=0.01)))
+
+    first, twin, other = run_virtual(main)
+    assert first.outcome == "admitted" and first.stalls == 0
+    assert twin.ready.get("admission") == "on_text"
+    assert twin.stalls == 0 and twin.start_s == pytest.approx(first.start_s, abs=0.05)
+    assert other.outcome == "refused late" and other.retry_after and other.retry_after >= 1
