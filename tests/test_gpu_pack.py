@@ -6,6 +6,7 @@ device script installs what each call carried with --no-index, says which parts 
 and refuses a file whose SHA-256 does not match. The real pack (downloads, about 100 MiB) is
 built in the slow test, which checks its sizes against the call limit.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -28,8 +29,11 @@ DEVICE = ROOT / "bench" / "gpu_device.py"
 
 def make_wheel(folder: Path, name: str, files: dict[str, bytes]) -> Path:
     dist = f"{name}-1.0.dist-info"
-    files = {**files, f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n".encode(),
-             f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: py3-none-any\n"}
+    files = {
+        **files,
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n".encode(),
+        f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: py3-none-any\n",
+    }
     record = "\n".join(record_line(path, data) for path, data in files.items()) + f"\n{dist}/RECORD,,\n"
     wheel = folder / f"{name}-1.0-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as z:
@@ -65,8 +69,10 @@ def test_a_slimmed_wheel_is_smaller_installs_and_its_extension_loads(tmp_path: P
     assert len(so) < len(lib.read_bytes())
     assert record_line("kgwslim/f.so", so) in record.splitlines()
     site = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target", str(site),
-                    str(slimmed)], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target", str(site), str(slimmed)],
+        check=True,
+    )
     assert ctypes.CDLL(str(site / "kgwslim" / "f.so")).answer() == 42
 
 
@@ -74,8 +80,10 @@ def fake_pack(tmp_path: Path) -> Path:
     """Two wheels and a voices tarball laid out in parts of at most 3 kB."""
     made = tmp_path / "made"
     made.mkdir()
-    files = [make_wheel(made, f"kgwpart{n}", {f"kgwpart{n}/__init__.py": f"N = {n}\n".encode() + bytes(1500)})
-             for n in (1, 2)]
+    files = [
+        make_wheel(made, f"kgwpart{n}", {f"kgwpart{n}/__init__.py": f"N = {n}\n".encode() + bytes(1500)})
+        for n in (1, 2)
+    ]
     bins = made / "kokoro-js-1.2.1"
     bins.mkdir()
     (bins / "af_heart.bin").write_bytes(b"\x01" * 100)
@@ -87,8 +95,13 @@ def fake_pack(tmp_path: Path) -> Path:
 
 
 def device(pack: Path, state: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(DEVICE), "--pack", str(pack), "--state", str(state), "--stage-only",
-                           *args], capture_output=True, text=True, timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, str(DEVICE), "--pack", str(pack), "--state", str(state), "--stage-only", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def test_the_device_script_stages_one_part_a_call_and_says_what_is_missing(tmp_path: Path) -> None:
