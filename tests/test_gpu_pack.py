@@ -138,6 +138,7 @@ def test_the_device_script_refuses_a_damaged_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.pack
 def test_the_real_pack_fits_two_calls(tmp_path: Path) -> None:
     from gateway.kokoro.floatgraph import cache_dir
 
