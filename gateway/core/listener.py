@@ -33,6 +33,9 @@ if TYPE_CHECKING:
     from .budget import Budget
 
 SHARED = "shared"  # the margins' bucket of replies forecast beside other listeners' work
+# a reply's first forecast: its preroll at each stretch, when it was made, the margins' bucket,
+# and (made on the prior rate) its texts and modes to forecast again at the measured rate
+Plan = tuple[Callable[[float], float], float, str, tuple[list[str], list[str | None]] | None]
 
 
 def preroll_ms(rate: EngineRate, settings: Settings, speed: float, texts: Sequence[str],
@@ -62,7 +65,7 @@ class Listener:
         self.t_play: float | None = None  # clock: when the player held that preroll (its start)
         # the first forecast of a reply whose whole text it saw (as the preroll it gives at each
         # stretch), and the arrivals since: what the margins learn from
-        self.plan: tuple[Callable[[float], float], float, str] | None = None
+        self.plan: Plan | None = None
         self.arrivals: list[tuple[float, float]] = []
         self.more: Callable[[], bool] = lambda: False  # another segment is cut and waits (the pipeline's)
 
@@ -208,20 +211,28 @@ class Listener:
         return ms
 
     def learn(self) -> None:
-        """The reply is made: what its arrivals needed tunes the margins (``margins.py``)."""
+        """The reply is made: what its arrivals needed tunes the margins (``margins.py``). A
+        plan made before the engine had made anything (the first reply after start-up, on the
+        prior rate) says how wrong the prior was, not how noisy the engine is: its reply's
+        texts are forecast again at the rate measured since (its own calls)."""
         if self.plan is not None and self.arrivals:
-            preroll_at, _, bucket = self.plan
+            preroll_at, _, bucket, again = self.plan
+            if again is not None:
+                segments = forecast(*again, self.engine_rate, self.options.speed)
+                preroll_at = lambda s: preroll_s(segments, 0.0, s)  # noqa: E731
             self.engine_rate.margins.observe(bucket, needed_stretch(preroll_at, self.arrivals))
-            self.plan = None
+        self.plan = None
 
-    def _plan(self, texts: Sequence[str], modes: Sequence[str | None],
-              mode: str | None) -> tuple[Callable[[float], float], float, str]:
-        """The forecast a reply starts with, as the preroll it gives at each stretch."""
+    def _plan(self, texts: Sequence[str], modes: Sequence[str | None], mode: str | None) -> Plan:
+        """The forecast a reply starts with, as the preroll it gives at each stretch (and, made
+        on the prior rate, its texts and modes, to forecast again once the engine is measured)."""
+        measured = self.engine_rate.measured(mode)
         if (shared := self._shared_pieces(texts)) is not None:
             got, k = shared
-            return (lambda s: preroll_from(scaled(got, s / k))), self.clock(), SHARED
+            return (lambda s: preroll_from(scaled(got, s / k))), self.clock(), SHARED, None
         segments = forecast(texts, modes, self.engine_rate, self.options.speed)
-        return (lambda s: preroll_s(segments, 0.0, s)), self.clock(), mode or DEFAULT
+        again = None if measured else (list(texts), list(modes))
+        return (lambda s: preroll_s(segments, 0.0, s)), self.clock(), mode or DEFAULT, again
 
     def shared_preroll_s(self, texts: Sequence[str]) -> float | None:
         """The preroll with the other listeners' work on the engine (None: it has no others):

@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Sequence
 from .schedule import oracle_start
 
 LOW, HIGH = 1.0, 2.0  # a stretch is never below the forecast itself, nor above twice it
-MIN_REPLIES = 3  # replies seen before a bucket's learned margin replaces the fixed rule
+MIN_REPLIES = 1  # replies seen before a bucket's learned margin replaces the fixed rule
 
 
 def needed_stretch(preroll_at: Callable[[float], float], arrivals: Iterable[tuple[float, float]]) -> float:
