@@ -236,14 +236,19 @@ class Listener:
 
     def shared_preroll_s(self, texts: Sequence[str]) -> float | None:
         """The preroll with the other listeners' work on the engine (None: it has no others):
-        this reply's segments finish where the scheduler will serve them, stretched by the
-        margin replies shared this way needed where that is more than the budget's."""
+        this reply's segments finish where the scheduler will serve them (at the budget's
+        stretch, which never goes below its floor: its promises), then stretched instead by the
+        margin replies shared this way needed. (Held at the budget's floor, a listener queued
+        on an engine exactly on time started 1.4x its oracle.)"""
         shared = self._shared_pieces(texts)
         if shared is None:
             return None
         got, k = shared
-        learned = self.engine_rate.margins.factor(SHARED)  # (never under the budget's own: its promises)
-        return preroll_from(scaled(got, learned / k) if learned and learned > k else got, self.buffered_s())
+        # what replies shared this way needed; before any was seen, what any reply needed (the
+        # same engine's noise); the budget's own stretch (its floor) only with nothing learned
+        margins = self.engine_rate.margins
+        learned = margins.factor(SHARED) or max(margins.snapshot().values(), default=None)
+        return preroll_from(scaled(got, learned / k) if learned else got, self.buffered_s())
 
     def _shared_pieces(self, texts: Sequence[str]) -> tuple[list[tuple[float, float, float]], float] | None:
         """(arrival, audio, position) of this reply's segments where the scheduler will serve
