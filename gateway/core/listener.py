@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from .budget import Stream, share_key
-from .edf import SLACK_S, Job, job, late, pieces, play, reached
+from .edf import TIE_S, Job, job, pieces, placed, play, reached
 from ..config import Settings
 from .options import StreamOptions
 from .margins import needed_stretch, scaled
@@ -236,19 +236,19 @@ class Listener:
 
     def shared_preroll_s(self, texts: Sequence[str]) -> float | None:
         """The preroll with the other listeners' work on the engine (None: it has no others):
-        this reply's segments finish where the scheduler will serve them (at the budget's
-        stretch, which never goes below its floor: its promises), then stretched instead by the
-        margin replies shared this way needed. (Held at the budget's floor, a listener queued
-        on an engine exactly on time started 1.4x its oracle.)"""
+        this reply's segments finish where the scheduler will serve them, stretched by the
+        margin replies needed where that is more than the budget's. (Never below the budget's
+        floor here: the others' work is forecast from their texts' lengths, which the margins
+        learned from this engine's own replies do not cover; below it, a listener admitted from
+        the queue beside a reply streaming in stalled 0.24 s on the replay.)"""
         shared = self._shared_pieces(texts)
         if shared is None:
             return None
         got, k = shared
-        # what replies shared this way needed; before any was seen, what any reply needed (the
-        # same engine's noise); the budget's own stretch (its floor) only with nothing learned
+        # what replies shared this way needed; before any was seen, what any reply needed
         margins = self.engine_rate.margins
         learned = margins.factor(SHARED) or max(margins.snapshot().values(), default=None)
-        return preroll_from(scaled(got, learned / k) if learned else got, self.buffered_s())
+        return preroll_from(scaled(got, learned / k) if learned and learned > k else got, self.buffered_s())
 
     def _shared_pieces(self, texts: Sequence[str]) -> tuple[list[tuple[float, float, float]], float] | None:
         """(arrival, audio, position) of this reply's segments where the scheduler will serve
@@ -262,25 +262,16 @@ class Listener:
             return None
         now, free = self.clock(), free or [0.0]
         mine = self.stream(self.audio_of(texts), now, None, current=False, anchored=False)
-        finish, shift = play([*others, mine], free)
-        got = pieces(mine, finish[-1])
-        if self.t_play is None and not o.buffered_s:  # the player starts once it holds the preroll,
-            # whenever that comes, and the scheduler follows: the smallest hold that keeps it
-            # gapless and the others no later than its planned start does
-            base = [late(s, f, d) for s, f, d in zip(others, finish, shift)]
-            held = self.buffered_s()
-            anchor = self.deadline() - now - held
-            for _ in range(8):
-                hold = preroll_from(got, held)
-                stream = replace(mine, hold_s=max(0.0, hold - held), anchor_s=anchor)
-                finish, shift = play([*others, stream], free)
-                if late(stream, finish[-1], shift[-1]) <= 1e-3 and all(
-                        late(s, f, d) <= max(b, 0.0) + SLACK_S for s, f, d, b in zip(others, finish, shift, base)):
-                    break
-                later = pieces(mine, finish[-1])
-                if preroll_from(later, held) <= hold + 1e-3:
-                    later = [(at + 0.25, audio, pos) for at, audio, pos in got]  # others: hold longer
-                got = later
+        if self.t_play is not None or o.buffered_s:
+            return pieces(mine, play([*others, mine], free)[0][-1]), self.budget.safety()
+        # the player starts once it holds the preroll, whenever that comes, and the scheduler
+        # follows: the smallest hold that keeps it gapless and the others no later than its
+        # planned start does; where its deadlines and another's are within what text-length
+        # estimates can swap, whichever order the scheduler takes (the hold that covers both)
+        held = self.buffered_s()
+        anchor = self.deadline() - now - held
+        got = max((placed(others, mine, free, held, anchor, bias) for bias in (0.0, -TIE_S)),
+                  key=lambda g: preroll_from(g, held))
         return got, self.budget.safety()
 
     async def wait(self, pending: Sequence[str]) -> None:
