@@ -343,3 +343,21 @@ def test_margins_learn_what_the_arrivals_needed() -> None:
     learned = rate.safety(1.15, "default")
     assert 1.0 <= learned < 1.15 and learned == Margins.factor(rate.margins, "default")
     assert rate.safety(1.15, "exact") == 1.15  # another mode learns on its own
+
+
+def test_a_whole_segment_a_little_longer_than_forecast_needs_no_stretch() -> None:
+    """The forecast held its first segment (1.33 s, estimated from its text) and started
+    before the second; the engine made 1.44 s, and the oracle start fell just past that
+    arrival. A player told any hold above 1.44 s starts at the second segment, where the
+    forecast's own preroll already put it: stretch 1. (Counting the second segment in what
+    was needed asked for a stretch that takes in a third: 1.8 on an engine exactly on time.)"""
+    from gateway.core.margins import needed_hold, needed_stretch
+    from gateway.core.schedule import Forecast
+    from gateway.core.schedule import preroll_s as preroll
+
+    segments = [Forecast(1.33, 1.06), Forecast(1.97, 1.58), Forecast(1.82, 1.46), Forecast(2.17, 1.73)]
+    at = lambda s: preroll(segments, 0.0, s)  # noqa: E731
+    came = [(1.152, 1.44), (2.688, 1.92), (4.416, 2.16), (6.144, 2.16)]
+    assert oracle_start(came) == pytest.approx(1.248)
+    assert needed_hold(came) == pytest.approx(1.441)
+    assert at(1.0) == pytest.approx(3.30) and needed_stretch(at, came) == 1.0

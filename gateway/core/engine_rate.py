@@ -82,6 +82,10 @@ class EngineRate:
             m = max(self._modes.values(), key=lambda x: x.calls)
         return m
 
+    def measured(self, mode: str | None = None) -> bool:
+        """Has the engine made anything yet (in any mode: the same engine)?"""
+        return self._mode(mode) is not None
+
     def rtf(self, mode: str | None = None) -> float:
         """Recent wall seconds per audio second (the prior until something was measured)."""
         m = self._mode(mode)

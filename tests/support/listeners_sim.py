@@ -37,10 +37,18 @@ class Heard:
     stall_s: float = 0.0
     audio_s: float = 0.0
     prerolls_ms: tuple[int, ...] = ()
+    on_arrival_s: float = 0.0  # the first arrival at or after the oracle start
 
     @property
     def within_bar(self) -> bool:
         return self.start_s is not None and self.start_s <= BAR_FACTOR * self.oracle_s + BAR_S + 1e-6
+
+    @property
+    def within_reach(self) -> bool:
+        """Within the bar, or no later than the earliest gapless start a player that starts on
+        an arrival (when it holds its preroll) can have: with whole segments the oracle often
+        falls between two arrivals a segment's compute apart, and only a stall starts sooner."""
+        return self.within_bar or self.start_s is not None and self.start_s <= self.on_arrival_s + 1e-6
 
 
 def sim_settings(rtf: float, chunk_ms: int = 100, **changes: Any) -> Settings:
@@ -115,9 +123,11 @@ class Engine:
 def heard(ready: dict[str, Any], arrivals: Sequence[Arrival]) -> Heard:
     played = simulate(arrivals)
     audio = [(a.t_s, a.audio_s) for a in arrivals if a.audio_s > 0]
+    oracle = oracle_start(audio)
     return Heard("queued" if ready.get("queued_ms") else "admitted", ready, None, played.start_s,
-                 oracle_start(audio), played.stalls, played.stall_s, played.audio_s,
-                 tuple(round(a.preroll_s * 1000) for a in arrivals if a.preroll_s is not None))
+                 oracle, played.stalls, played.stall_s, played.audio_s,
+                 tuple(round(a.preroll_s * 1000) for a in arrivals if a.preroll_s is not None),
+                 min((t for t, _ in audio if t >= oracle - 1e-9), default=oracle))
 
 
 async def round_of(engine: Engine, texts: Sequence[str], delays_s: Sequence[float] = (),
