@@ -18,6 +18,7 @@ The engine's paths come from ``engine_profile``: every model call timed, ``reps`
 side by side (the spread of the ratios), and ``frozen-first`` also under the pacing before
 issue 24 (``frozen-first previous``), with each path's first audio.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -28,8 +29,8 @@ from typing import Any
 import aiohttp
 
 from gateway.config import Settings
-from gateway.engines.embedded import EmbeddedEngine
 from gateway.core.segmenter import Segmenter
+from gateway.engines.embedded import EmbeddedEngine
 
 from . import engine_profile
 from .corpus import SENTENCES
@@ -84,8 +85,13 @@ def engine_path(name: str, reps: list[dict[str, list[Run]]], g2p_s: float) -> Pa
     """One path's row, over every repetition of the profile (``engine_profile``)."""
     runs = [r for rep in reps for r in rep[name]]
     calls = sum(len(r.calls) for r in runs) // len(reps)
-    return Path(f"gateway {name}, real segments", sum(r.wall_s for r in runs) / len(reps),
-                sum(r.audio_s for r in runs) / len(reps), g2p_s, calls)
+    return Path(
+        f"gateway {name}, real segments",
+        sum(r.wall_s for r in runs) / len(reps),
+        sum(r.audio_s for r in runs) / len(reps),
+        g2p_s,
+        calls,
+    )
 
 
 async def in_service(text: str) -> dict[str, Any]:
@@ -120,38 +126,59 @@ async def measure(voice: str = "", reps: int = 3, service: bool = True) -> dict[
     finally:
         await engine.aclose()
     paths = [bare_path, *(engine_path(name, profile, g2p) for name in profile[0])]
-    return {"segments": segs, "paths": paths, "fixed_s": fixed, "profile": profile, "g2p_s": g2p,
-            "service": await in_service(TEXT) if service else None}
+    return {
+        "segments": segs,
+        "paths": paths,
+        "fixed_s": fixed,
+        "profile": profile,
+        "g2p_s": g2p,
+        "service": await in_service(TEXT) if service else None,
+    }
 
 
 def report(out: dict[str, Any]) -> str:
     paths: list[Path] = out["paths"]
     base = paths[0].rtf
     fixed = out["fixed_s"]
-    lines = [f"{len(out['segments'])} segments: " + " | ".join(out["segments"]),
-             (f"{'path':<46} {'RTF':>6} {'vs bare':>8} {'audio s':>8} {'calls':>6} {'audio/call':>10} "
-              f"{'G2P ms':>7} {'fixed ms':>9} {'rest ms':>8}")]
+    lines = [
+        f"{len(out['segments'])} segments: " + " | ".join(out["segments"]),
+        (
+            f"{'path':<46} {'RTF':>6} {'vs bare':>8} {'audio s':>8} {'calls':>6} {'audio/call':>10} "
+            f"{'G2P ms':>7} {'fixed ms':>9} {'rest ms':>8}"
+        ),
+    ]
     for p in paths:
         # what the path spent beyond the bare model's speed on the same audio
         extra = (p.wall_s - base * p.audio_s) * 1000
         rest = extra - p.g2p_s * 1000 - fixed * 1000 * p.calls
-        lines.append(f"{p.name:<46} {p.rtf:>6.3f} {p.rtf / base:>7.2f}x {p.audio_s:>8.2f} {p.calls:>6} "
-                     f"{p.audio_s / max(p.calls, 1) * 1000:>8.0f}ms {p.g2p_s * 1000:>7.0f} "
-                     f"{fixed * 1000 * p.calls:>9.0f} {rest:>8.0f}")
-    lines.append("per repetition, where the milliseconds go (model calls timed in the engine; other = "
-                 "executor hops, PCM conversion, the event loop):")
+        lines.append(
+            f"{p.name:<46} {p.rtf:>6.3f} {p.rtf / base:>7.2f}x {p.audio_s:>8.2f} {p.calls:>6} "
+            f"{p.audio_s / max(p.calls, 1) * 1000:>8.0f}ms {p.g2p_s * 1000:>7.0f} "
+            f"{fixed * 1000 * p.calls:>9.0f} {rest:>8.0f}"
+        )
+    lines.append(
+        "per repetition, where the milliseconds go (model calls timed in the engine; other = "
+        "executor hops, PCM conversion, the event loop):"
+    )
     lines.append(engine_profile.report(out["profile"], out["g2p_s"], out["segments"]))
     service = out["service"]
     if service is None:
         return "\n".join(lines)
-    modes = ", ".join(f"{k} {v.get('rtf')} ({v.get('calls')} calls)" for k, v in service["speed"].items()
-                      if isinstance(v, dict) and "rtf" in v)
-    lines.append(f"in service (a streamed reply over the WebSocket, MP3): {service['audio_s']:.2f} s of audio "
-                 f"in {service['wall_s']:.2f} s; live RTF per mode: {modes}"
-                 + (f"; error {service['error']}" if service.get("error") else ""))
-    lines.append(f"fixed ms = calls x a one-token call's time ({fixed * 1000:.0f} ms: an upper bound of one "
-                 "call's fixed cost); rest = what remains beyond the bare speed on the same audio (chunk "
-                 "windows' context, executor hops; negative: the engine trims silence the bare model makes)")
+    modes = ", ".join(
+        f"{k} {v.get('rtf')} ({v.get('calls')} calls)"
+        for k, v in service["speed"].items()
+        if isinstance(v, dict) and "rtf" in v
+    )
+    lines.append(
+        f"in service (a streamed reply over the WebSocket, MP3): {service['audio_s']:.2f} s of audio "
+        f"in {service['wall_s']:.2f} s; live RTF per mode: {modes}"
+        + (f"; error {service['error']}" if service.get("error") else "")
+    )
+    lines.append(
+        f"fixed ms = calls x a one-token call's time ({fixed * 1000:.0f} ms: an upper bound of one "
+        "call's fixed cost); rest = what remains beyond the bare speed on the same audio (chunk "
+        "windows' context, executor hops; negative: the engine trims silence the bare model makes)"
+    )
     return "\n".join(lines)
 
 

@@ -13,6 +13,7 @@ The ``frozen-first`` rows run under two pacing policies in the same run: ``previ
 policy before issue 24) and the current default, so that the change and its first audio are
 measured side by side.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -102,8 +103,7 @@ async def one(engine: EmbeddedEngine, text: str, voice: str, mode: str, log: lis
     return Run(mode, time.perf_counter() - t0, first, samples / RATE, list(log))
 
 
-async def measure(engine: EmbeddedEngine, segs: list[str], voice: str, reps: int
-                  ) -> list[dict[str, list[Run]]]:
+async def measure(engine: EmbeddedEngine, segs: list[str], voice: str, reps: int) -> list[dict[str, list[Run]]]:
     """``reps`` repetitions of every path over ``segs``; one dict path -> runs per repetition."""
     log: list[Call] = []
     instrument(engine, log)
@@ -114,7 +114,7 @@ async def measure(engine: EmbeddedEngine, segs: list[str], voice: str, reps: int
     for rep in range(reps):
         runs: dict[str, list[Run]] = {p: [] for p in paths}
         for seg in segs:
-            for path in (paths if rep % 2 == 0 else paths[::-1]):
+            for path in paths if rep % 2 == 0 else paths[::-1]:
                 engine.host.vocoder = policies.get(path, vocoder)
                 run = await one(engine, seg, voice, path.split()[0], log)
                 runs[path].append(replace(run, path=path))
@@ -129,11 +129,16 @@ def breakdown(runs: Iterable[Run], g2p_s: float) -> dict[str, float]:
     frozen = [c for r in runs for c in r.calls if c.kind == "frozen"]
     wall = sum(r.wall_s for r in runs)
     calls = {k: sum(r.seconds(k) for r in runs) for k in ("encoder", "frozen", "exact", "whole")}
-    return {"wall": wall * 1000, "audio": sum(r.audio_s for r in runs), "g2p": g2p_s * 1000,
-            **{k: v * 1000 for k, v in calls.items()},
-            "other": (wall - g2p_s - sum(calls.values())) * 1000,
-            "chunks": len(frozen), "window": sum(c.window for c in frozen),
-            "model_calls": sum(len(r.calls) for r in runs)}
+    return {
+        "wall": wall * 1000,
+        "audio": sum(r.audio_s for r in runs),
+        "g2p": g2p_s * 1000,
+        **{k: v * 1000 for k, v in calls.items()},
+        "other": (wall - g2p_s - sum(calls.values())) * 1000,
+        "chunks": len(frozen),
+        "window": sum(c.window for c in frozen),
+        "model_calls": sum(len(r.calls) for r in runs),
+    }
 
 
 def fit(calls: list[Call]) -> tuple[float, float]:
@@ -147,8 +152,10 @@ def fit(calls: list[Call]) -> tuple[float, float]:
 
 
 def report(reps: list[dict[str, list[Run]]], g2p_s: float, segs: list[str]) -> str:
-    lines = [f"{'rep':>3} {'path':<22} {'wall ms':>8} {'RTF':>6} {'vs exact':>8} {'G2P':>5} {'encoder':>8} "
-             f"{'frozen':>7} {'exact':>6} {'whole':>6} {'other':>6} {'chunks':>6} {'extra fr':>8}"]
+    lines = [
+        f"{'rep':>3} {'path':<22} {'wall ms':>8} {'RTF':>6} {'vs exact':>8} {'G2P':>5} {'encoder':>8} "
+        f"{'frozen':>7} {'exact':>6} {'whole':>6} {'other':>6} {'chunks':>6} {'extra fr':>8}"
+    ]
     ratios: dict[str, list[float]] = {}
     for i, runs in enumerate(reps):
         base = breakdown(runs["exact"], g2p_s)
@@ -160,11 +167,17 @@ def report(reps: list[dict[str, list[Run]]], g2p_s: float, segs: list[str]) -> s
             # generator frames computed beyond the audio delivered: chunks' context, padding
             frames = sum(c.window for r in path_runs for c in r.calls if c.kind != "encoder")
             ctx = frames - b["audio"] * RATE / FRAME
-            lines.append(f"{i + 1:>3} {path:<22} {b['wall']:>8.0f} {rtf:>6.3f} {ratio:>7.2f}x {b['g2p']:>5.0f} "
-                         f"{b['encoder']:>8.0f} {b['frozen']:>7.0f} {b['exact']:>6.0f} {b['whole']:>6.0f} "
-                         f"{b['other']:>6.0f} {b['chunks']:>6} {ctx:>8.0f}")
-    lines.append("ratio to exact per repetition: " + "; ".join(
-        f"{p} {', '.join(f'{r:.2f}' for r in rs)} (median {statistics.median(rs):.2f})" for p, rs in ratios.items()))
+            lines.append(
+                f"{i + 1:>3} {path:<22} {b['wall']:>8.0f} {rtf:>6.3f} {ratio:>7.2f}x {b['g2p']:>5.0f} "
+                f"{b['encoder']:>8.0f} {b['frozen']:>7.0f} {b['exact']:>6.0f} {b['whole']:>6.0f} "
+                f"{b['other']:>6.0f} {b['chunks']:>6} {ctx:>8.0f}"
+            )
+    lines.append(
+        "ratio to exact per repetition: "
+        + "; ".join(
+            f"{p} {', '.join(f'{r:.2f}' for r in rs)} (median {statistics.median(rs):.2f})" for p, rs in ratios.items()
+        )
+    )
     lines += first_audio(reps, segs)
     lines += call_costs(reps)
     return "\n".join(lines)
@@ -173,11 +186,19 @@ def report(reps: list[dict[str, list[Run]]], g2p_s: float, segs: list[str]) -> s
 def first_audio(reps: list[dict[str, list[Run]]], segs: list[str]) -> list[str]:
     """First chunk of each streamed segment, per path (median over repetitions), and windows."""
     streamed = [i for i, r in enumerate(reps[0]["frozen-first"]) if any(c.kind == "frozen" for c in r.calls)]
-    out = ["first audio of the streamed segments (median over segments and repetitions): " + ", ".join(
-        f"{path} {statistics.median(runs[path][i].first_s for runs in reps for i in streamed) * 1000:.0f} ms"
-        for path in reps[0]) if streamed else "no segment streamed"]
-    out.append("per segment: first audio (ms, median over repetitions) and the vocoder windows (frames) "
-               "of the last repetition:")
+    out = [
+        "first audio of the streamed segments (median over segments and repetitions): "
+        + ", ".join(
+            f"{path} {statistics.median(runs[path][i].first_s for runs in reps for i in streamed) * 1000:.0f} ms"
+            for path in reps[0]
+        )
+        if streamed
+        else "no segment streamed"
+    ]
+    out.append(
+        "per segment: first audio (ms, median over repetitions) and the vocoder windows (frames) "
+        "of the last repetition:"
+    )
     for i, seg in enumerate(segs):
         cells = []
         for path in reps[0]:
@@ -194,8 +215,11 @@ def call_costs(reps: list[dict[str, list[Run]]]) -> list[str]:
         frozen = [c for runs in reps for r in runs[path] for c in r.calls if c.kind == "frozen"]
         if frozen:
             fixed, per = fit(frozen)
-            line = (f"fitted {fixed:.0f} ms fixed + {per:.1f} ms a frame" if fixed == fixed else
-                    f"one window size, {statistics.median(c.seconds for c in frozen) * 1000:.0f} ms median")
+            line = (
+                f"fitted {fixed:.0f} ms fixed + {per:.1f} ms a frame"
+                if fixed == fixed
+                else f"one window size, {statistics.median(c.seconds for c in frozen) * 1000:.0f} ms median"
+            )
             out.append(f"frozen calls of {path}: {len(frozen)}, {line}")
     return out
 

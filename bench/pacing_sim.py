@@ -9,6 +9,7 @@ work), the time to the first chunk, and the stalls of a real-time player that st
 then the segments as one reply (``reply``): the engine's busy time and the earliest gapless start.
 No model runs; the real bench (``engine_profile``) measures the same on the real engine.
 """
+
 from __future__ import annotations
 
 import types
@@ -16,8 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gateway.kokoro.vocoder import Policy, StreamingVocoder
-from gateway.kokoro.vocoder import pacing, streaming
+from gateway.kokoro.vocoder import Policy, StreamingVocoder, pacing, streaming
 from gateway.kokoro.vocoder.chunked import FRAME, FRAME_S, SAMPLE_RATE
 
 SPANS = (80, 120, 160)  # segments of 2, 3 and 4 s of audio
@@ -45,8 +45,9 @@ class SimRunner:
         self.fixed_s, self.per_frame_s = fixed_s, per_frame_s
         self.windows: list[int] = []
 
-    def run(self, start: int, stop: int, *, exact: bool, to_end: bool = False, lead: int = 0,
-            left: int | None = None) -> tuple[np.ndarray, int]:
+    def run(
+        self, start: int, stop: int, *, exact: bool, to_end: bool = False, lead: int = 0, left: int | None = None
+    ) -> tuple[np.ndarray, int]:
         ctx = self.policy.context
         lo = max(0, start - max(ctx if left is None else left, 1 if lead else 0))
         hi = self.enc.frames if to_end else min(self.enc.frames, stop + ctx)
@@ -77,8 +78,7 @@ def simulate(policy: Policy, rtf: float, fixed_ms: float = 10.0) -> Outcome:
         for span in SPANS:
             runner = SimRunner(span + PAD, policy, clock, fixed_ms / 1000, per_frame)
             t0 = clock.now
-            arrivals = [(clock.now - t0, len(a)) for a in
-                        vocoder._stream(runner, LEAD, LEAD + span, True, None)]  # type: ignore[arg-type]
+            arrivals = [(clock.now - t0, len(a)) for a in vocoder._stream(runner, LEAD, LEAD + span, True, None)]  # type: ignore[arg-type]
             frames, calls = frames + sum(runner.windows), calls + len(runner.windows)
             firsts.append(arrivals[0][0])
             stall += player_stall(arrivals)
@@ -99,15 +99,19 @@ def player_stall(arrivals: list[tuple[float, int]]) -> float:
 
 def report(previous: Policy, current: Policy, rtfs: tuple[float, ...] = (0.3, 0.45, 0.6, 0.7, 0.9, 1.2, 2.0)) -> str:
     exact = sum(span + PAD for span in SPANS)  # one exact call per segment, padding included
-    lines = ["pacing on a simulated engine (10 ms a call + RTF x 25 ms a generator frame; segments of "
-             f"{', '.join(f'{s * FRAME_S:.0f}' for s in SPANS)} s, every one streamed; frames = generator "
-             "frames vs one exact call per segment):",
-             f"{'RTF':>5} {'policy':<9} {'frames':>7} {'vs exact':>8} {'calls':>6} {'first ms':>9} {'stalls s':>9}"]
+    lines = [
+        "pacing on a simulated engine (10 ms a call + RTF x 25 ms a generator frame; segments of "
+        f"{', '.join(f'{s * FRAME_S:.0f}' for s in SPANS)} s, every one streamed; frames = generator "
+        "frames vs one exact call per segment):",
+        f"{'RTF':>5} {'policy':<9} {'frames':>7} {'vs exact':>8} {'calls':>6} {'first ms':>9} {'stalls s':>9}",
+    ]
     for rtf in rtfs:
         for name, policy in (("previous", previous), ("current", current)):
             o = simulate(policy, rtf)
-            lines.append(f"{rtf:>5.2f} {name:<9} {o.frames:>7} {o.frames / exact:>7.2f}x {o.calls:>6} "
-                         f"{o.first_s * 1000:>9.0f} {o.stall_s:>9.2f}")
+            lines.append(
+                f"{rtf:>5.2f} {name:<9} {o.frames:>7} {o.frames / exact:>7.2f}x {o.calls:>6} "
+                f"{o.first_s * 1000:>9.0f} {o.stall_s:>9.2f}"
+            )
     return "\n".join(lines)
 
 
@@ -117,7 +121,6 @@ def run(policy: Policy | None = None) -> str:
     current = policy or Policy(exact_below=0)
     previous = previous_policy(current)
     return report(previous, current) + "\n" + reply_report(previous, current)
-
 
 
 def reply(policy: Policy, rtf: float, fixed_ms: float = 10.0) -> tuple[float, float]:
@@ -147,12 +150,18 @@ def reply(policy: Policy, rtf: float, fixed_ms: float = 10.0) -> tuple[float, fl
         streaming.time, pacing.time = saved
 
 
-def reply_report(previous: Policy, current: Policy, rtfs: tuple[float, ...] = (0.45, 0.9, 1.2, 1.7),
-                 fixed: tuple[float, ...] = (10.0, 190.0)) -> str:
-    lines = ["one reply of the same segments in order, as the core streams it (buffered_s from the audio sent): "
-             f"engine busy s and the oracle start s (earliest gapless start), {sum(SPANS) * FRAME_S:.0f} s of audio; "
-             "a call's fixed cost 10 ms (quiet) and 190 ms (fitted under load 10):",
-             f"{'fixed':>5} {'RTF':>5} {'busy previous':>14} {'busy now':>9} {'start previous':>15} {'start now':>10}"]
+def reply_report(
+    previous: Policy,
+    current: Policy,
+    rtfs: tuple[float, ...] = (0.45, 0.9, 1.2, 1.7),
+    fixed: tuple[float, ...] = (10.0, 190.0),
+) -> str:
+    lines = [
+        "one reply of the same segments in order, as the core streams it (buffered_s from the audio sent): "
+        f"engine busy s and the oracle start s (earliest gapless start), {sum(SPANS) * FRAME_S:.0f} s of audio; "
+        "a call's fixed cost 10 ms (quiet) and 190 ms (fitted under load 10):",
+        f"{'fixed':>5} {'RTF':>5} {'busy previous':>14} {'busy now':>9} {'start previous':>15} {'start now':>10}",
+    ]
     for ms in fixed:
         for rtf in rtfs:
             (busy0, start0), (busy1, start1) = reply(previous, rtf, ms), reply(current, rtf, ms)

@@ -5,20 +5,21 @@ for it, then compare the modes on the real model: chunks come early and join smo
 voice stays the exact model's within the measured shift, a listener who already holds audio
 gets one exact call, and closing a stream mid-segment stops its chunks.
 """
+
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import AsyncIterator
 
 import numpy as np
 import pytest
 import pytest_asyncio
 
+from bench.measure import distance, worst_join_ratio
 from gateway.config import Settings
+from gateway.core.options import parse_options
 from gateway.engines.embedded import EmbeddedEngine
 from gateway.errors import BadRequest
-from gateway.core.options import parse_options
-from bench.measure import distance, worst_join_ratio
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 RATE = 24000
@@ -40,8 +41,10 @@ async def engine(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Embe
 
 async def chunks_of(eng: EmbeddedEngine, text: str = SENTENCE, **kw: object) -> list[np.ndarray]:
     voice = str(kw.pop("voice", eng.default_voice))
-    return [np.frombuffer(c, "<i2").astype(np.float32) / 32768.0
-            async for c in eng.synthesize(text, voice=voice, speed=1.0, **kw)]  # type: ignore[arg-type]
+    return [
+        np.frombuffer(c, "<i2").astype(np.float32) / 32768.0
+        async for c in eng.synthesize(text, voice=voice, speed=1.0, **kw)
+    ]  # type: ignore[arg-type]
 
 
 async def test_a_waiting_listener_gets_the_segment_in_growing_chunks(engine: EmbeddedEngine) -> None:

@@ -6,6 +6,7 @@ call at a time at a known pace, on an event loop whose clock jumps to its next t
 every run, so the assertions are on stall counts and starts of simulated players, never on
 how long anything took.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -26,6 +27,7 @@ from .test_budget import Clock, Fixed, steady_rate
 
 def rounds(rtf: float, chunk_ms: int, max_n: int, **listen: Any) -> list[list[Heard]]:
     """``bench listeners`` on virtual time: a warm-up, then N = 1..max_n listeners at once."""
+
     async def main() -> list[list[Heard]]:
         engine = Engine(sim_settings(rtf, chunk_ms))
         await engine.warm()
@@ -62,8 +64,10 @@ def test_streamed_starts_stay_within_the_bar() -> None:
 STREAMED, WHOLE = 100, 100_000  # the fake engine's chunk: a chunk longer than any segment sends it whole
 
 
-@pytest.mark.parametrize(("rtf", "chunk_ms"), [(rtf, STREAMED) for rtf in (0.2, 0.35, 0.6, 0.8, 1.2)]
-                         + [(rtf, WHOLE) for rtf in (0.2, 0.35, 0.8, 1.0, 1.2)])
+@pytest.mark.parametrize(
+    ("rtf", "chunk_ms"),
+    [(rtf, STREAMED) for rtf in (0.2, 0.35, 0.6, 0.8, 1.2)] + [(rtf, WHOLE) for rtf in (0.2, 0.35, 0.8, 1.0, 1.2)],
+)
 def test_starts_stay_near_the_oracle_from_the_first_reply_on(rtf: float, chunk_ms: int) -> None:
     """Every start within 1.3 x its oracle + 300 ms, or (whole segments) no later than the
     first arrival at or after the oracle: the earliest start a player that starts once it
@@ -87,12 +91,17 @@ def test_a_listener_whose_deadlines_nearly_tie_with_anothers_is_held_for_either_
     by their texts' estimated lengths. The preroll planned the token client's first; the
     scheduler served the third's first, its player started at once, and the token client's
     later segments, due first, left it dry 1.2 s. Its hold now covers either order."""
+
     async def main() -> list[Heard]:
         engine = Engine(sim_settings(0.6, STREAMED))
         await engine.warm()
-        return list(await asyncio.gather(
-            engine.listen(paragraph(0) + " " + paragraph(5), later=True, token_s=0.06),
-            engine.listen(paragraph(1), delay_s=1.2), engine.listen(paragraph(2), delay_s=1.2)))
+        return list(
+            await asyncio.gather(
+                engine.listen(paragraph(0) + " " + paragraph(5), later=True, token_s=0.06),
+                engine.listen(paragraph(1), delay_s=1.2),
+                engine.listen(paragraph(2), delay_s=1.2),
+            )
+        )
 
     heard = run_virtual(main)
     assert [h.outcome for h in heard] == ["admitted", "queued", "queued"], heard
@@ -102,13 +111,15 @@ def test_a_listener_whose_deadlines_nearly_tie_with_anothers_is_held_for_either_
 def test_a_freed_slot_stays_with_its_holder_when_its_next_segment_is_due_first() -> None:
     """A reply's segments run one after another: its next call is not queued yet when its call
     ends. Without the hold the slot went to whoever waited (round robin)."""
+
     async def main() -> list[str]:
         engine = EngineScheduler(slots=1, clock=asyncio.get_running_loop().time)
         a, b, c = object(), object(), object()
         order: list[str] = []
 
-        async def call(name: str, owner: object, deadline: float, then: float | None = None,
-                       delay: float = 0.0) -> None:
+        async def call(
+            name: str, owner: object, deadline: float, then: float | None = None, delay: float = 0.0
+        ) -> None:
             await asyncio.sleep(delay)
             async with engine.slot(deadline, 1.0, owner) as got:
                 order.append(name)
@@ -204,9 +215,12 @@ def test_a_reply_whose_text_streams_in_is_budgeted_at_least_as_a_nominal_reply_u
     async def token_client_and_a_latecomer() -> list[Heard]:
         engine = Engine(sim_settings(0.6, 100))
         await engine.warm()
-        return list(await asyncio.gather(
-            engine.listen(paragraph(0) + " " + paragraph(5), later=True, token_s=0.06),
-            engine.listen(paragraph(1), delay_s=1.2)))
+        return list(
+            await asyncio.gather(
+                engine.listen(paragraph(0) + " " + paragraph(5), later=True, token_s=0.06),
+                engine.listen(paragraph(1), delay_s=1.2),
+            )
+        )
 
     heard = run_virtual(token_client_and_a_latecomer)
     assert [h.stalls for h in heard] == [0, 0], heard
@@ -217,13 +231,18 @@ def test_text_after_start_on_a_booked_engine_is_decided_on_its_text() -> None:
     is not refused for work it may not add: the twin of an admitted reply ("Play both" from a
     client that sends text later) plays with it; a reply of its own is refused on its text
     (``error overloaded`` with ``retry_after``)."""
+
     async def main() -> list[Heard]:
         engine = Engine(sim_settings(0.8, 100, cache_mb=64.0))
         await engine.warm()
         text = paragraph(2) + " " + paragraph(3)
-        return list(await asyncio.gather(engine.listen(text, cache=True),
-                                         engine.listen(text, later=True, cache=True),
-                                         engine.listen(paragraph(4), later=True, delay_s=0.01)))
+        return list(
+            await asyncio.gather(
+                engine.listen(text, cache=True),
+                engine.listen(text, later=True, cache=True),
+                engine.listen(paragraph(4), later=True, delay_s=0.01),
+            )
+        )
 
     first, twin, other = run_virtual(main)
     assert first.outcome == "admitted" and first.stalls == 0

@@ -4,12 +4,13 @@ The pure part of the real-time budget (``budget.py``): work as ``Stream``s of ``
 engine's slots, and ``edf``, which serves them as the scheduler (``scheduler.py``) will;
 ``forecast`` finds the earliest start a new reply can have without making anyone later.
 """
+
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 from .schedule import early_s, pieces_of, preroll_from
 
@@ -66,8 +67,9 @@ def reached(start: float, j: Job, need: float) -> float | None:
     return start + j.work_s
 
 
-def play(streams: Sequence[Stream], free_at: Sequence[float],
-         bias: float = 0.0) -> tuple[list[list[float]], list[float]]:
+def play(
+    streams: Sequence[Stream], free_at: Sequence[float], bias: float = 0.0
+) -> tuple[list[list[float]], list[float]]:
     """Finish times (s from now) of every job of ``streams``: non-preemptive earliest deadline
     first on ``len(free_at)`` slots (each free from its time on), a stream's jobs in order; and
     how far each stream's deadlines moved (a player that starts once it holds its preroll starts
@@ -87,8 +89,10 @@ def play(streams: Sequence[Stream], free_at: Sequence[float],
         if not now_ready:
             t = min(ready[i] for i in cands)
             now_ready = [i for i in cands if ready[i] <= t + 1e-6]
-        i = min(now_ready, key=lambda k: (streams[k].jobs[nxt[k]].deadline + shift[k]
-                                          + (bias if k == len(streams) - 1 else 0.0), k))
+        i = min(
+            now_ready,
+            key=lambda k: (streams[k].jobs[nxt[k]].deadline + shift[k] + (bias if k == len(streams) - 1 else 0.0), k),
+        )
         j = streams[i].jobs[nxt[i]]
         end = t + j.work_s
         if (hold := need[i]) is not None:
@@ -105,8 +109,9 @@ def play(streams: Sequence[Stream], free_at: Sequence[float],
     return done, shift
 
 
-def placed(others: Sequence[Stream], mine: Stream, free: Sequence[float], held: float, anchor: float,
-           bias: float = 0.0) -> list[tuple[float, float, float]]:
+def placed(
+    others: Sequence[Stream], mine: Stream, free: Sequence[float], held: float, anchor: float, bias: float = 0.0
+) -> list[tuple[float, float, float]]:
     """(arrival, audio, position) of ``mine``'s audio beside ``others`` for a player that has
     not started (holding ``held``, planned to start ``anchor`` s from now): it starts once it
     holds its preroll, whenever that comes, and the scheduler follows; the smallest hold that
@@ -120,7 +125,8 @@ def placed(others: Sequence[Stream], mine: Stream, free: Sequence[float], held: 
         stream = replace(mine, hold_s=max(0.0, hold - held), anchor_s=anchor)
         finish, shift = play([*others, stream], free, bias)
         if late(stream, finish[-1], shift[-1]) <= 1e-3 and all(
-                late(s, f, d) <= max(b, 0.0) + SLACK_S for s, f, d, b in zip(others, finish, shift, base)):
+            late(s, f, d) <= max(b, 0.0) + SLACK_S for s, f, d, b in zip(others, finish, shift, base)
+        ):
             break
         later = pieces(mine, finish[-1])
         if preroll_from(later, held) <= hold + 1e-3:
@@ -161,8 +167,13 @@ def newcomer(work: Sequence[float], audio: Sequence[float], start: float, first_
     return Stream(tuple(jobs))
 
 
-def forecast(others: Sequence[Stream], work: Sequence[float], audio: Sequence[float],
-             free_at: Sequence[float], first_fraction: float = 1.0) -> tuple[float, float]:
+def forecast(
+    others: Sequence[Stream],
+    work: Sequence[float],
+    audio: Sequence[float],
+    free_at: Sequence[float],
+    first_fraction: float = 1.0,
+) -> tuple[float, float]:
     """(start, start alone): the earliest playback start of a new reply (segments' ``work`` and
     ``audio``) that keeps every other stream no later than it is without it and every one of
     its own segments in time; the same on an idle engine. ``inf`` beyond ``HORIZON_S``."""

@@ -13,21 +13,23 @@ engine work its remaining segments need, each with its deadline). With other lis
 the engine, ``preroll_ms`` plays out everyone's work as the scheduler will (``budget.edf``):
 the work queued ahead of this listener counts, not only its own text.
 """
+
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING
 
+from ..config import Settings
+from ..kokoro.vocoder.modes import VocoderMode
 from .budget import Stream, share_key
 from .edf import TIE_S, Job, job, pieces, placed, play, reached
-from ..config import Settings
-from .options import StreamOptions
-from .margins import needed_stretch, scaled
-from .schedule import forecast, preroll_from, preroll_s
 from .engine_rate import DEFAULT, EngineRate
-from ..kokoro.vocoder.modes import VocoderMode
+from .margins import needed_stretch, scaled
+from .options import StreamOptions
+from .schedule import forecast, preroll_from, preroll_s
 
 if TYPE_CHECKING:
     from .budget import Budget
@@ -38,8 +40,9 @@ SHARED = "shared"  # the margins' bucket of replies forecast beside other listen
 Plan = tuple[Callable[[float], float], float, str, tuple[list[str], list[str | None]] | None]
 
 
-def preroll_ms(rate: EngineRate, settings: Settings, speed: float, texts: Sequence[str],
-               held_s: float, modes: Sequence[str | None]) -> int:
+def preroll_ms(
+    rate: EngineRate, settings: Settings, speed: float, texts: Sequence[str], held_s: float, modes: Sequence[str | None]
+) -> int:
     """Audio (ms) a player should hold before it starts or resumes, for ``texts`` still to
     come (each synthesized in its mode of ``modes``) and ``held_s`` of audio it has not heard,
     at the engine's live ``rate``; ``speed`` is the speaking rate asked for."""
@@ -49,9 +52,18 @@ def preroll_ms(rate: EngineRate, settings: Settings, speed: float, texts: Sequen
 
 
 class Listener:
-    def __init__(self, engine_rate: EngineRate, settings: Settings, options: StreamOptions, *,
-                 requested: str | None, sample_rate: int, live: bool = True,
-                 budget: "Budget | None" = None, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self,
+        engine_rate: EngineRate,
+        settings: Settings,
+        options: StreamOptions,
+        *,
+        requested: str | None,
+        sample_rate: int,
+        live: bool = True,
+        budget: Budget | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         self.engine_rate, self.settings, self.options = engine_rate, settings, options
         self.requested = requested  # the vocoder mode the request asked for (or the engine's)
         self.sample_rate, self.live = sample_rate, live
@@ -107,8 +119,9 @@ class Listener:
             return None
         return self.deadline() + max(0.0, call_audio_s - self.segment_samples / self.sample_rate)
 
-    def stream(self, audio: Sequence[float], now: float, running: float | None, current: bool,
-               anchored: bool = True) -> Stream:
+    def stream(
+        self, audio: Sequence[float], now: float, running: float | None, current: bool, anchored: bool = True
+    ) -> Stream:
         """The engine work of segments of ``audio`` s (``audio[0]`` the segment being made when
         ``current``), each due when the listener would run dry without it; ``running``: the
         compute left in this listener's call on the engine now. ``anchored``: a player that has
@@ -205,8 +218,11 @@ class Listener:
         shared = self.shared_preroll_s(texts)
         if complete and self.live and self.plan is None:
             self.plan = self._plan(texts, modes, mode)
-        ms = (round(1000 * shared) if shared is not None else
-              preroll_ms(self.engine_rate, self.settings, self.options.speed, texts, self.buffered_s(), modes))
+        ms = (
+            round(1000 * shared)
+            if shared is not None
+            else preroll_ms(self.engine_rate, self.settings, self.options.speed, texts, self.buffered_s(), modes)
+        )
         self.tell(ms / 1000)
         return ms
 
@@ -270,8 +286,10 @@ class Listener:
         # estimates can swap, whichever order the scheduler takes (the hold that covers both)
         held = self.buffered_s()
         anchor = self.deadline() - now - held
-        got = max((placed(others, mine, free, held, anchor, bias) for bias in (0.0, -TIE_S)),
-                  key=lambda g: preroll_from(g, held))
+        got = max(
+            (placed(others, mine, free, held, anchor, bias) for bias in (0.0, -TIE_S)),
+            key=lambda g: preroll_from(g, held),
+        )
         return got, self.budget.safety()
 
     async def wait(self, pending: Sequence[str]) -> None:
@@ -281,9 +299,10 @@ class Listener:
         if not self.live or horizon <= 0 or self.t_first_audio is None:
             return
         rate = self.engine_rate
-        need = sum(rate.predict(self.requested, rate.audio_s(t, self.options.speed))
-                   for t in list(pending)[: max(1, self.settings.lookahead)])
+        need = sum(
+            rate.predict(self.requested, rate.audio_s(t, self.options.speed))
+            for t in list(pending)[: max(1, self.settings.lookahead)]
+        )
         excess = self.buffered_s() - horizon - rate.safety(self.settings.preroll_safety) * need
         if excess > 0:
             await asyncio.sleep(excess)
-

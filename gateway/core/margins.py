@@ -12,10 +12,11 @@ bucket (the vocoder mode: each has its own errors; ``shared`` for replies foreca
 listeners' work on the engine) and answers mean + 2 spreads once it has seen a few replies;
 before that, the caller's fixed rule stands.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from .schedule import oracle_start
 

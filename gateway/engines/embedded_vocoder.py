@@ -4,6 +4,7 @@ After the engine starts, one thread of its own splits the model into encoder and
 calibrates the default voice (cached per voice); other voices are calibrated on first use.
 Until a voice is ready its segments use the whole model, so readiness never waits for it.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -11,15 +12,16 @@ import concurrent.futures
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..kokoro.floatgraph import graph_bytes
+from ..kokoro.onnx_model import KokoroModel, load_model_bytes, shipped_sha256
 from ..kokoro.onnx_sessions import release_freed_memory
 from ..kokoro.vocoder import Policy, StreamingVocoder, default_cache_dir
 from ..kokoro.vocoder.calibrate import Stopped
 from ..kokoro.vocoder.chunked import FRAME_S
-from ..kokoro.onnx_model import KokoroModel, load_model_bytes, shipped_sha256
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +29,7 @@ log = logging.getLogger(__name__)
 class VocoderHost:
     """The ``StreamingVocoder`` of one embedded engine: its build, calibrations and state."""
 
-    def __init__(self, mode: str, exact_below_s: float, threads: int, cache_dir: str,
-                 batch_rest: bool = True) -> None:
+    def __init__(self, mode: str, exact_below_s: float, threads: int, cache_dir: str, batch_rest: bool = True) -> None:
         self.mode, self.exact_below_s, self.threads = mode, exact_below_s, threads
         self.batch_rest = batch_rest
         self.cache_dir = Path(cache_dir) if cache_dir else None
@@ -44,9 +45,14 @@ class VocoderHost:
     def status(self) -> dict[str, Any]:
         """For /readyz: the configured mode, the build's state, the voices it can stream."""
         vocoder = self.vocoder
-        return {"mode": self.mode, "state": self.state, "build_s": self.build_s,
-                "exact_below_s": self.exact_below_s, "batch_rest": self.batch_rest,
-                "voices": sorted(vocoder.voices) if vocoder is not None else []}
+        return {
+            "mode": self.mode,
+            "state": self.state,
+            "build_s": self.build_s,
+            "exact_below_s": self.exact_below_s,
+            "batch_rest": self.batch_rest,
+            "voices": sorted(vocoder.voices) if vocoder is not None else [],
+        }
 
     def start(self, model: KokoroModel, voice: str) -> None:
         """Build in the background for ``model``, calibrating ``voice`` first."""
@@ -84,8 +90,11 @@ class VocoderHost:
         if voice in vocoder.voices:
             return vocoder
         if voice not in self._tasks and self._pool is not None:
-            log.info("preparing the streaming vocoder for %s in the background (cached "
-                     "statistics, or a calibration of about 12 s)", voice)
+            log.info(
+                "preparing the streaming vocoder for %s in the background (cached "
+                "statistics, or a calibration of about 12 s)",
+                voice,
+            )
             self._tasks[voice] = self._in_pool(voice, vocoder.add_voice, voice, model.style(voice))
         return None
 
@@ -113,10 +122,16 @@ class VocoderHost:
         graph, sha256 = graph_bytes(model.precision, load_model_bytes, shipped_sha256())
         policy = Policy(exact_below=round(self.exact_below_s / FRAME_S), batch_rest=self.batch_rest)
         vocoder = StreamingVocoder.build(
-            graph, {voice: model.style(voice)}, threads=self.threads,
-            vocab=model.vocab, stop=self._stop, policy=policy,
+            graph,
+            {voice: model.style(voice)},
+            threads=self.threads,
+            vocab=model.vocab,
+            stop=self._stop,
+            policy=policy,
             sha256=sha256,  # graph_bytes() checked the bytes against it
-            cache_dir=self.cache_dir or default_cache_dir(), provider=model.provider, weights=model.weights,
+            cache_dir=self.cache_dir or default_cache_dir(),
+            provider=model.provider,
+            weights=model.weights,
         )
         del graph
         release_freed_memory()  # the parsed and cut graphs (a few hundred MB, freed by now)

@@ -22,6 +22,7 @@ vocoder and the frozen vocoder of ``gateway.kokoro.vocoder``). Measured on the s
   shrinks the arena and hands the C allocator's free pages back (glibc's ``malloc_trim``); the
   engine calls it after start-up, after the vocoder's build, and when it has been idle.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -110,8 +111,7 @@ def make_session(model: Any, threads: int, weights: SharedWeights | None = None)
     opts = _options(threads)
     if weights is not None:
         weights.add_to(opts, model)
-    session = ort.InferenceSession(model.SerializeToString(), sess_options=opts,
-                                   providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(model.SerializeToString(), sess_options=opts, providers=["CPUExecutionProvider"])
     # onnxruntime's Python wrapper keeps the serialized model for good, to rebuild the session
     # on a fallback to another provider ("holding the memory indefinitely", its own comment
     # says); a CPU-only session never falls back, and the whole model's bytes are 92 MB
@@ -170,4 +170,3 @@ def release_freed_memory() -> bool:
         return False
     libc.malloc_trim(0)
     return True
-

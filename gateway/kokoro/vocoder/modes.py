@@ -4,6 +4,7 @@ One name each, shared by the engines that declare them (``Capabilities.vocoder_m
 core that picks one per segment (``core/listener.py``) and the wire (``vocoder`` option and
 the ``ready`` event), where they travel as their string values.
 """
+
 from __future__ import annotations
 
 from enum import StrEnum
