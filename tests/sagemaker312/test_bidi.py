@@ -102,6 +102,21 @@ def stream_engine(url: str, certs: TlsFiles, endpoint: str = ENDPOINT) -> SageMa
     return SageMakerEngine(fake_settings(sagemaker_endpoint=endpoint), options)
 
 
+async def bidi_gateway(start_server: Any, url: str, certs: TlsFiles, endpoint: str = ENDPOINT) -> Any:
+    """A gateway whose engine streams through the stand-in at ``url`` to ``endpoint``."""
+    return await start_server(
+        fake_settings(engine="sagemaker", sagemaker_endpoint=endpoint), stream_engine(url, certs, endpoint=endpoint)
+    )
+
+
+@pytest.fixture
+async def slow_gateway(slow_service: tuple[Stub, str], certs: TlsFiles, start_server: Any) -> tuple[Stub, Any]:
+    """(the stand-in's state, a gateway) in front of the real-time container; asks for the
+    stand-in before start_server, so that the gateway closes first."""
+    stub, url = slow_service
+    return stub, await bidi_gateway(start_server, url, certs)
+
+
 async def sdk_client(url: str, certs: TlsFiles) -> Any:
     from aws_sdk_sagemaker_runtime_http2.client import AsyncSageMakerRuntimeHTTP2Client
     from aws_sdk_sagemaker_runtime_http2.config import AsyncSageMakerRuntimeHTTP2Config
@@ -206,9 +221,7 @@ async def test_gateway_speaks_through_the_bidirectional_stream(
     service: tuple[Stub, str], certs: TlsFiles, start_server, http: aiohttp.ClientSession
 ) -> None:
     stub, url = service
-    server = await start_server(
-        fake_settings(engine="sagemaker", sagemaker_endpoint=ENDPOINT), stream_engine(url, certs)
-    )
+    server = await bidi_gateway(start_server, url, certs)
     result = await ws_stream(http, server.ws_url, text=REPLY, options={"voice": "tone_b"})
     assert result.done is not None and result.error is None, result.events
     segments = split_text(REPLY, first_clause_words=Settings().first_clause_words)
@@ -222,15 +235,11 @@ async def test_errors_reach_the_browser_with_their_codes(
     service: tuple[Stub, str], certs: TlsFiles, start_server, http: aiohttp.ClientSession
 ) -> None:
     stub, url = service
-    server = await start_server(
-        fake_settings(engine="sagemaker", sagemaker_endpoint=ENDPOINT), stream_engine(url, certs)
-    )
+    server = await bidi_gateway(start_server, url, certs)
     # the container's own error event (a voice it lacks), relayed as a UTF8 PayloadPart
     bad_voice = await ws_stream(http, server.ws_url, text="Hello there.", options={"voice": "tone_x"})
     # the service refusing the stream: InputValidationError, ErrorCode ValidationError
-    other = await start_server(
-        fake_settings(engine="sagemaker", sagemaker_endpoint="nowhere"), stream_engine(url, certs, endpoint="nowhere")
-    )
+    other = await bidi_gateway(start_server, url, certs, endpoint="nowhere")
     no_endpoint = await ws_stream(http, other.ws_url, text="Hello there.")
     assert bad_voice.error is not None and bad_voice.error["code"] == "unknown_voice", bad_voice.events
     assert no_endpoint.error is not None and no_endpoint.error["code"] == "ValidationError", no_endpoint.events
@@ -238,16 +247,9 @@ async def test_errors_reach_the_browser_with_their_codes(
 
 
 async def test_barge_in_closes_the_containers_socket(
-    slow_container: Container,
-    slow_service: tuple[Stub, str],
-    certs: TlsFiles,
-    start_server,
-    http: aiohttp.ClientSession,
+    slow_container: Container, slow_gateway: tuple[Stub, Any], http: aiohttp.ClientSession
 ) -> None:
-    stub, url = slow_service
-    server = await start_server(
-        fake_settings(engine="sagemaker", sagemaker_endpoint=ENDPOINT), stream_engine(url, certs)
-    )
+    stub, server = slow_gateway
     result = await ws_stream(http, server.ws_url, text=REPLY, cancel_after_payloads=1, timeout=20)
     assert result.of("cancelled") and result.done is None, result.events
     deadline = time.monotonic() + 3
@@ -257,16 +259,9 @@ async def test_barge_in_closes_the_containers_socket(
 
 
 async def test_container_crash_reaches_the_browser_as_model_stream_error(
-    slow_container: Container,
-    slow_service: tuple[Stub, str],
-    certs: TlsFiles,
-    start_server,
-    http: aiohttp.ClientSession,
+    slow_container: Container, slow_gateway: tuple[Stub, Any], http: aiohttp.ClientSession
 ) -> None:
-    stub, url = slow_service
-    server = await start_server(
-        fake_settings(engine="sagemaker", sagemaker_endpoint=ENDPOINT), stream_engine(url, certs)
-    )
+    stub, server = slow_gateway
     async with http.ws_connect(server.ws_url) as ws:
         for message in ({"type": "start"}, {"type": "text", "text": REPLY}, {"type": "end"}):
             await ws.send_json(message)
