@@ -45,9 +45,8 @@ from .common import (
     gateway,
     measure,
     post_speech,
-    publish,
-    quiet_logs,
     recorded,
+    run_published,
     stall_cell,
     stream_run,
     summarize,
@@ -316,15 +315,5 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str]) -> int:
-    args = parse_args(argv)
-    quiet_logs()
-    out = asyncio.run(bench(args))
-    publish(
-        args.out,
-        "agent",
-        out,
-        render(out),
-        plot_title=None if args.no_plots else "agent: prompt to first audio",
-        groups_of="sources",
-    )
+    run_published(parse_args(argv), bench, render, plot_title="agent: prompt to first audio", groups_of="sources")
     return 0

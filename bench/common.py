@@ -10,6 +10,7 @@ Everything here is measurement plumbing; the figures come from each benchmark's 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import logging
@@ -362,6 +363,23 @@ def publish(
         table_text + f"\n{out['elapsed_s']} s; load average {m0['loadavg_1m']} -> {m1['loadavg_1m']} "
         f"on {m0['cpus']} CPUs; results in {out_dir}/{name}.json"
     )
+
+
+def run_published(
+    args: argparse.Namespace,
+    bench: Callable[[argparse.Namespace], Awaitable[dict[str, Any]]],
+    render: Callable[[dict[str, Any]], str],
+    *,
+    plot_title: str | None = None,
+    groups_of: str = "engines",
+) -> dict[str, Any]:
+    """A benchmark's ``main``: quiet logs, run ``bench(args)`` and publish it as ``out["bench"]``
+    (the bar plot titled ``plot_title`` unless ``--no-plots``)."""
+    quiet_logs()
+    out = asyncio.run(bench(args))
+    title = None if getattr(args, "no_plots", False) else plot_title
+    publish(args.out, out["bench"], out, render(out), plot_title=title, groups_of=groups_of)
+    return out
 
 
 # -- timelines and plots -------------------------------------------------------------------

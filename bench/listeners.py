@@ -37,8 +37,7 @@ from .common import (
     gateway,
     machine,
     parse_engine_args,
-    publish,
-    quiet_logs,
+    run_published,
     table,
 )
 from .corpus import REPLIES
@@ -216,8 +215,5 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    args = parse_args(argv)
-    quiet_logs()
-    out = asyncio.run(bench(args))
-    publish(args.out, "listeners", out, render(out), plot_title=None, groups_of="engines")
+    run_published(parse_args(argv), bench, render)
     return 0

@@ -40,9 +40,8 @@ from .common import (
     bench_settings,
     gateway,
     measure,
-    publish,
-    quiet_logs,
     recorded,
+    run_published,
     summarize,
     table,
 )
@@ -277,15 +276,5 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    args = parse_args(argv)
-    quiet_logs()
-    out = asyncio.run(bench(args))
-    publish(
-        args.out,
-        "overhead",
-        out,
-        render(out),
-        groups_of="engines",
-        plot_title=None if args.no_plots else "engine alone vs first audio byte on each channel",
-    )
+    run_published(parse_args(argv), bench, render, plot_title="engine alone vs first audio byte on each channel")
     return 0

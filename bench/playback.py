@@ -49,8 +49,7 @@ from .common import (
     machine,
     parse_engine_args,
     post_speech,
-    publish,
-    quiet_logs,
+    run_published,
     table,
 )
 from .player import SAMPLE_RATE, session_run
@@ -365,9 +364,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    quiet_logs()
-    out = asyncio.run(bench(args))
+    out = run_published(args, bench, render)
     if not args.no_plots:
         plot(args.out / "playback.png", out)
-    publish(args.out, "playback", out, render(out), plot_title=None, groups_of="engines")
     return 0

@@ -43,9 +43,8 @@ from .common import (
     gateway,
     measure,
     post_speech,
-    publish,
-    quiet_logs,
     recorded,
+    run_published,
     stall_cell,
     stream_run,
     summarize,
@@ -408,15 +407,6 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    quiet_logs()
-    out = asyncio.run(bench(args))
     title = "time to first audio" + (": first-clause sweep" if args.sweep else "")
-    publish(
-        args.out,
-        out["bench"],
-        out,
-        render(out, args.sweep),
-        plot_title=None if args.no_plots else title,
-        groups_of="engines",
-    )
+    run_published(args, bench, lambda out: render(out, args.sweep), plot_title=title)
     return 0
