@@ -53,11 +53,9 @@ TORCH_IMPORTS = ("torch", "kokoro", "kokoro.model")  # for the torch engine's co
 
 
 def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
+    """The file's SHA-256 in hex (``bench/gpu_pack.py`` writes the manifest with this one too)."""
     with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def carried(pack: Path) -> tuple[list[dict[str, Any]], list[str]]:

@@ -41,6 +41,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .gpu_device import sha256
+
 ROOT = Path(__file__).resolve().parent.parent
 PINS = Path(__file__).resolve().parent / "data" / "gpu_pack.txt"
 CALL_LIMIT = 64 * 2**20  # what travels in one call: working tree plus carried paths
@@ -206,14 +208,6 @@ def tree_bytes(root: Path = ROOT) -> int:
         .split("\0")
     )
     return sum((root / name).stat().st_size for name in listed if name and (root / name).is_file())
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def lay_out(files: Sequence[Path], dest: Path, budget: int) -> list[Entry]:
