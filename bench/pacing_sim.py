@@ -12,7 +12,9 @@ No model runs; the real bench (``engine_profile``) measures the same on the real
 
 from __future__ import annotations
 
+import contextlib
 import types
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,7 +66,12 @@ class Outcome:
     stall_s: float  # total wait of a real-time player started at each segment's first chunk
 
 
-def simulate(policy: Policy, rtf: float, fixed_ms: float = 10.0) -> Outcome:
+@contextlib.contextmanager
+def simulated_engine(
+    policy: Policy, rtf: float, fixed_ms: float
+) -> Iterator[tuple[Clock, StreamingVocoder, Callable[[int], SimRunner]]]:
+    """A streaming vocoder on a simulated clock (patched into the vocoder's modules until the
+    block ends), its costs already observed: (the clock, the vocoder, a runner for a span)."""
     clock = Clock()
     saved = streaming.time, pacing.time
     streaming.time = pacing.time = types.SimpleNamespace(perf_counter=clock.perf_counter)  # type: ignore[assignment]
@@ -73,18 +80,23 @@ def simulate(policy: Policy, rtf: float, fixed_ms: float = 10.0) -> Outcome:
         per_frame = rtf * FRAME_S
         for window in (14, 16, 20, 24, 12, 18):  # what warm_up() measures
             vocoder.costs.observe(window, fixed_ms / 1000 + per_frame * window)
+        yield clock, vocoder, lambda span: SimRunner(span + PAD, policy, clock, fixed_ms / 1000, per_frame)
+    finally:
+        streaming.time, pacing.time = saved
+
+
+def simulate(policy: Policy, rtf: float, fixed_ms: float = 10.0) -> Outcome:
+    with simulated_engine(policy, rtf, fixed_ms) as (clock, vocoder, runner_for):
         frames = calls = 0
         firsts, stall = [], 0.0
         for span in SPANS:
-            runner = SimRunner(span + PAD, policy, clock, fixed_ms / 1000, per_frame)
+            runner = runner_for(span)
             t0 = clock.now
             arrivals = [(clock.now - t0, len(a)) for a in vocoder._stream(runner, LEAD, LEAD + span, True, None)]  # type: ignore[arg-type]
             frames, calls = frames + sum(runner.windows), calls + len(runner.windows)
             firsts.append(arrivals[0][0])
             stall += player_stall(arrivals)
         return Outcome(frames, calls, float(np.median(firsts)), stall)
-    finally:
-        streaming.time, pacing.time = saved
 
 
 def player_stall(arrivals: list[tuple[float, int]]) -> float:
@@ -128,26 +140,17 @@ def reply(policy: Policy, rtf: float, fixed_ms: float = 10.0) -> tuple[float, fl
     the listener holds and has not heard (``buffered_s``, from a player that starts at the first
     payload). Returns the engine's busy seconds and the oracle start: the earliest start after
     the request that plays the whole reply without a stall (max of arrival minus audio before)."""
-    clock = Clock()
-    saved = streaming.time, pacing.time
-    streaming.time = pacing.time = types.SimpleNamespace(perf_counter=clock.perf_counter)  # type: ignore[assignment]
-    try:
-        vocoder = StreamingVocoder(None, None, None, {}, (), policy)
-        per_frame = rtf * FRAME_S
-        for window in (14, 16, 20, 24, 12, 18):
-            vocoder.costs.observe(window, fixed_ms / 1000 + per_frame * window)
+    with simulated_engine(policy, rtf, fixed_ms) as (clock, vocoder, runner_for):
         first: float | None = None
         sent = oracle = 0.0
         for span in SPANS:
             buffered = 0.0 if first is None else max(0.0, sent - (clock.now - first))
-            runner = SimRunner(span + PAD, policy, clock, fixed_ms / 1000, per_frame)
+            runner = runner_for(span)
             for audio in vocoder._stream(runner, LEAD, LEAD + span, True, None, buffered):  # type: ignore[arg-type]
                 first = clock.now if first is None else first
                 oracle = max(oracle, clock.now - sent)
                 sent += len(audio) / SAMPLE_RATE
         return clock.now, oracle
-    finally:
-        streaming.time, pacing.time = saved
 
 
 def reply_report(
