@@ -35,12 +35,11 @@ from gateway.config import Settings
 from gateway.core.segmenter import split_text
 from gateway.engines.fake import FakeEngine, fake_duration_s
 from gateway.errors import EngineError
-from gateway.kokoro.timestamps import WordTimes
 from gateway.web.container import STREAM_PATH, make_container_app
 from gateway.web.state import GATEWAY
 
 from .conftest import Server, fake_settings, free_port
-from .support.engines import SlowLoadingEngine
+from .support.engines import ModalFake, SlowLoadingEngine
 
 ROOT = Path(__file__).resolve().parent.parent
 REPLY = "Sure, I can help with that. The train leaves at nine tonight. Does that work for you?"
@@ -316,34 +315,13 @@ async def test_killed_container_gives_error_then_gateway_recovers(
     assert abs(len(decode_mp3(again.audio)) / 24000 - fake_duration_s("Back again.")) < 0.1
 
 
-class ModalFake(FakeEngine):
-    """The fake engine as an engine with vocoder modes, keeping what each segment was asked."""
-
-    modes = ("frozen-first", "frozen", "exact")
-
-    def __init__(self, settings: Settings) -> None:
-        super().__init__(settings)
-        self.declare(vocoder_modes=self.modes, default_vocoder="frozen-first")
-        self.asked: list[tuple[str | None, float]] = []
-
-    def synthesize(
-        self,
-        text: str,
-        *,
-        voice: str,
-        speed: float,
-        vocoder: str | None = None,
-        buffered_s: float = 0.0,
-        timestamps: bool = False,
-    ) -> AsyncIterator[bytes | WordTimes]:
-        self.asked.append((vocoder, buffered_s))
-        return super().synthesize(text, voice=voice, speed=speed, timestamps=timestamps)
+MODES = ("frozen-first", "frozen", "exact")
 
 
 async def test_gateway_forwards_vocoder_and_the_listeners_buffer(http: aiohttp.ClientSession) -> None:
     """The container's engine streams inside a segment only for a listener who waits: the
     gateway in front must tell it the mode asked for and the audio the listener holds."""
-    modal = ModalFake(fake_settings(fake_rtf=0.2, fake_chunk_ms=100))
+    modal = ModalFake(fake_settings(fake_rtf=0.2, fake_chunk_ms=100), MODES)
     # the gateway stops (closing its pooled socket) before the container: a container stopped
     # first waits out its shutdown timeout for that socket (2 minutes of nothing)
     async with serve_app(make_container_app(fake_settings(), modal)) as container_url:
@@ -351,7 +329,7 @@ async def test_gateway_forwards_vocoder_and_the_listeners_buffer(http: aiohttp.C
             engine="container", container_url=container_url.replace("http://", "ws://") + STREAM_PATH
         )
         async with serve_gateway(settings) as (url, app):
-            assert app[GATEWAY].engine.vocoder_modes == ModalFake.modes
+            assert app[GATEWAY].engine.vocoder_modes == MODES
             ws_url = url.replace("http://", "ws://") + "/v1/stream/ws"
             r = await ws_stream(http, ws_url, text=REPLY, options={"vocoder": "frozen", "cache": False})
     assert r.done and r.of("ready")[0]["vocoder"] == "frozen"

@@ -22,10 +22,10 @@ from gateway.engines.embedded import EmbeddedSettings
 from gateway.engines.fake import FakeEngine, fake_duration_s
 from gateway.engines.sagemaker import SageMakerEngine, SageMakerOptions
 from gateway.errors import BadRequest
-from gateway.kokoro.timestamps import WordTimes
 from gateway.web.container import STREAM_PATH, make_container_app
 
 from .conftest import Server, fake_settings
+from .support.engines import ModalFake
 
 # one request fault each, and the one code every channel answers it with
 FAULTS = [
@@ -148,32 +148,10 @@ class OnlyCoreSettings:
         return getattr(self._settings, name)
 
 
-class FrozenFake(FakeEngine):
-    """The fake engine declaring vocoder modes and its own default, and recording what it got."""
-
-    def __init__(self, settings: Settings) -> None:
-        super().__init__(settings)
-        self.declare(vocoder_modes=("exact", "frozen"), default_vocoder="frozen")
-        self.modes: list[str | None] = []
-
-    def synthesize(
-        self,
-        text: str,
-        *,
-        voice: str,
-        speed: float,
-        vocoder: str | None = None,
-        buffered_s: float = 0.0,
-        timestamps: bool = False,
-    ) -> AsyncIterator[bytes | WordTimes]:
-        self.modes.append(vocoder)
-        return super().synthesize(text, voice=voice, speed=speed, timestamps=timestamps)
-
-
 async def test_the_core_reads_no_engine_setting_and_takes_the_default_mode_from_the_engine() -> None:
     settings = fake_settings()
     core = OnlyCoreSettings(settings)
-    engine = FrozenFake(settings)  # settings.embedded_vocoder is frozen-first; the engine says frozen
+    engine = ModalFake(settings, ("exact", "frozen"), "frozen")  # the settings say frozen-first; the engine frozen
     options = parse_options({"text": "Hello there. How are you?"}, core, engine)  # type: ignore[arg-type]
     session = StreamSession(engine, options, core)  # type: ignore[arg-type]
     try:
@@ -184,10 +162,11 @@ async def test_the_core_reads_no_engine_setting_and_takes_the_default_mode_from_
     finally:
         await session.aclose()
     assert events[-1].type == "done", events[-1]
-    assert engine.modes and set(engine.modes) == {"frozen"}
+    modes = [mode for mode, _ in engine.asked]
+    assert modes and set(modes) == {"frozen"}
     pcm = await synthesize_pcm(SynthesisHub(engine), options, core)  # type: ignore[arg-type]
     assert abs(len(pcm) / 2 / 24000 - fake_duration_s("Hello there.") - fake_duration_s("How are you?")) < 0.01
-    assert engine.modes[-1] == "exact"  # batch: nobody is waiting, so the whole model
+    assert engine.asked[-1][0] == "exact"  # batch: nobody is waiting, so the whole model
 
 
 def test_each_engine_reads_its_own_section_from_every_source(tmp_path: Path) -> None:
