@@ -119,24 +119,13 @@ def test_first_clause_sweep_on_fake(tmp_path: Path) -> None:
     assert res["best_for_ttfb"] == "words=1"
 
 
+def agent_argv(tmp_path: Path, fake_rtf: str, *more: str) -> list[str]:
+    """``bench agent`` on the fake engine, one prompt once, writing to ``tmp_path``."""
+    return ["--engine", "fake", "--reps", "1", "--prompts", "1", "--fake-rtf", fake_rtf, *more, "--out", str(tmp_path)]
+
+
 def test_agent_streaming_beats_batch_with_the_same_agent(tmp_path: Path) -> None:
-    argv = [
-        "--engine",
-        "fake",
-        "--reps",
-        "1",
-        "--prompts",
-        "1",
-        "--fake-rtf",
-        "0.05",
-        "--first-token-ms",
-        "100",
-        "--tokens-per-s",
-        "200",
-        "--out",
-        str(tmp_path),
-    ]
-    assert agent.main(argv) == 0
+    assert agent.main(agent_argv(tmp_path, "0.05", "--first-token-ms", "100", "--tokens-per-s", "200")) == 0
     out = load(tmp_path / "agent.json")
     assert out["agent"] == {"first_token_ms": 100.0, "tokens_per_s": 200.0}
     sim = out["sources"]["simulated"]
@@ -172,26 +161,8 @@ async def test_agent_with_an_openai_compatible_llm(tmp_path: Path) -> None:
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
     async with serve_app(app) as llm_url:
-        args = agent.parse_args(
-            [
-                "--engine",
-                "fake",
-                "--reps",
-                "1",
-                "--prompts",
-                "1",
-                "--fake-rtf",
-                "0.1",
-                "--llm-url",
-                f"{llm_url}/v1",
-                "--llm-model",
-                "tiny",
-                "--no-simulated",
-                "--out",
-                str(tmp_path),
-                "--no-plots",
-            ]
-        )
+        argv = agent_argv(tmp_path, "0.1", "--llm-url", f"{llm_url}/v1", "--llm-model", "tiny", "--no-simulated")
+        args = agent.parse_args([*argv, "--no-plots"])
         out = await agent.bench(args)
     res = out["sources"]["llm:tiny"]
     assert set(res["channels"]) == {"batch", "ws_tokens"}
