@@ -24,6 +24,7 @@ import numpy as np
 from gateway.config import Settings, load_settings
 
 from . import wer
+from .common import table
 
 log = logging.getLogger(__name__)
 
@@ -114,20 +115,21 @@ async def measure_paths(
 
 
 def print_paths(cells: list[dict[str, Any]]) -> None:
-    head = (
-        f"{'path':<7} {'voice':<12} {'whisper':<8} {'WER':>14} {'LSD vs int8':>12} {'timbre':>7} "
-        f"{'loudness':>9} {'as is':>7}"
+    headers = ["path", "voice", "whisper", "WER", "LSD vs int8", "timbre", "loudness", "as is"]
+    rows = [
+        [
+            c["path"],
+            c["voice"],
+            c["whisper"],
+            f"{100 * c['wer']:.1f}% ({c['errors']}/{c['words']})",
+            f"{c['vs_int8']['lsd_db']:.2f}",
+            f"{c['vs_int8']['timbre_db']:.2f}",
+            f"{c['vs_int8']['loudness_db']:+.2f}",
+            f"{c['loudness_as_is_db']:+.2f}",
+        ]
+        for c in cells
+    ]
+    print(
+        table(headers, rows) + "\ndistances in dB against the int8 path's audio of the same sentence; torch with "
+        f"the export's {TORCH_GAIN}x iSTFT gain applied ('as is': without it)"
     )
-    lines = [head, "-" * len(head)]
-    for c in cells:
-        d = c["vs_int8"]
-        lines.append(
-            f"{c['path']:<7} {c['voice']:<12} {c['whisper']:<8} "
-            f"{100 * c['wer']:6.1f}% ({c['errors']:>2}/{c['words']:>3}) {d['lsd_db']:>12.2f} "
-            f"{d['timbre_db']:>7.2f} {d['loudness_db']:>+9.2f} {c['loudness_as_is_db']:>+7.2f}"
-        )
-    lines.append(
-        "distances in dB against the int8 path's audio of the same sentence; torch with the "
-        f"export's {TORCH_GAIN}x iSTFT gain applied ('as is': without it)"
-    )
-    print("\n".join(lines))
