@@ -7,7 +7,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import aiohttp
 import pytest
@@ -21,7 +21,9 @@ from gateway.web.state import GATEWAY
 if TYPE_CHECKING:
     from gateway.engines.embedded import EmbeddedEngine
 
-__all__ = ["Server", "embedded_engine", "embedded_gateway", "fake_settings", "free_port"]
+__all__ = ["Server", "embedded_engine", "embedded_gateway", "fake_settings", "free_port", "started"]
+
+E = TypeVar("E", bound=Engine)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a stray hub call fails at once
 
@@ -79,16 +81,20 @@ async def embedded_gateway(**overrides: object) -> AsyncIterator[tuple[str, web.
 
 
 @contextlib.asynccontextmanager
-async def embedded_engine(settings: Settings) -> AsyncIterator[EmbeddedEngine]:
-    """The real embedded engine, started with ``settings`` and closed after."""
-    from gateway.engines.embedded import EmbeddedEngine
-
-    engine = EmbeddedEngine(settings)
+async def started(engine: E) -> AsyncIterator[E]:
+    """``engine``, started, and closed when the block ends."""
     await engine.start()
     try:
         yield engine
     finally:
         await engine.aclose()
+
+
+def embedded_engine(settings: Settings) -> contextlib.AbstractAsyncContextManager[EmbeddedEngine]:
+    """The real embedded engine, started with ``settings`` and closed after."""
+    from gateway.engines.embedded import EmbeddedEngine
+
+    return started(EmbeddedEngine(settings))
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from bench.torch_cuda import CONFIG
-from gateway.config import load_settings
+from gateway.config import Settings, load_settings
 from gateway.errors import BadRequest, EngineError
 
 torch = pytest.importorskip("torch", reason="the kokoro engine needs the torch extra: pip install -e '.[torch]'")
@@ -26,6 +26,8 @@ pytest.importorskip("kokoro", reason="the kokoro engine needs the torch extra: p
 
 from gateway.core.options import check_voice  # noqa: E402
 from gateway.engines.kokoro import KokoroEngine, find_model_files  # noqa: E402
+
+from .conftest import started  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -75,15 +77,15 @@ def write_model_folder(folder: Path) -> dict:
     return config
 
 
+def kokoro_settings(folder: Path) -> Settings:
+    return load_settings(env={}, overrides={"engine": "kokoro", "kokoro_dir": str(folder), "kokoro_device": "cpu"})
+
+
 @pytest.mark.slow  # builds the full-size Kokoro-82M (random weights) on torch: 20-55 s
 async def test_kokoro_engine_loads_offline_and_synthesizes(tmp_path: Path, start_server, http) -> None:
     config = write_model_folder(tmp_path)
-    settings = load_settings(
-        env={}, overrides={"engine": "kokoro", "kokoro_dir": str(tmp_path), "kokoro_device": "cpu"}
-    )
-    engine = KokoroEngine(settings)
-    await engine.start()
-    try:
+    settings = kokoro_settings(tmp_path)
+    async with started(KokoroEngine(settings)) as engine:
         # the store's 54 packs, plus the folder's own
         voices = {v.id: (v.language, v.gender, v.default) for v in engine.voices}
         assert len(voices) == 55 and voices["af_test"] == ("en-US", "female", False)
@@ -117,8 +119,6 @@ async def test_kokoro_engine_loads_offline_and_synthesizes(tmp_path: Path, start
         ) as resp:
             assert resp.status == 200, await resp.text()
             assert len(await resp.read()) == lengths[0]
-    finally:
-        await engine.aclose()
 
 
 @pytest.mark.parametrize(
@@ -145,12 +145,8 @@ async def test_missing_model_file_is_named(tmp_path: Path, remove: str, named: s
 async def test_voice_packs_come_from_the_store_without_any_in_the_folder(tmp_path: Path) -> None:
     write_model_folder(tmp_path)
     (tmp_path / "voices" / "af_test.pt").unlink()
-    settings = load_settings(
-        env={}, overrides={"engine": "kokoro", "kokoro_dir": str(tmp_path), "kokoro_device": "cpu"}
-    )
-    engine = KokoroEngine(settings)
-    await engine.start()
-    try:
+    settings = kokoro_settings(tmp_path)
+    async with started(KokoroEngine(settings)) as engine:
         assert len(engine.voices) == 54 and engine.default_voice == "af_heart"
         # the store's pack is the style the model gets; a blend is the weighted mean of packs
         model = engine._model
@@ -162,8 +158,6 @@ async def test_voice_packs_come_from_the_store_without_any_in_the_folder(tmp_pat
         for voice, text in (("bf_emma", "Good morning."), ("ef_dora", "Buenos días.")):
             pcm = b"".join([c async for c in engine.synthesize(text, voice=voice, speed=1.0)])
             assert len(pcm) > 0
-    finally:
-        await engine.aclose()
 
 
 async def test_unset_folder_says_which_setting() -> None:
@@ -184,12 +178,8 @@ async def test_kokoro_engine_word_times_come_from_pred_dur(tmp_path: Path) -> No
 
     config = write_model_folder(tmp_path)
     per_frame = samples_per_frame(config)
-    settings = load_settings(
-        env={}, overrides={"engine": "kokoro", "kokoro_dir": str(tmp_path), "kokoro_device": "cpu"}
-    )
-    engine = KokoroEngine(settings)
-    await engine.start()
-    try:
+    settings = kokoro_settings(tmp_path)
+    async with started(KokoroEngine(settings)) as engine:
         assert engine.capabilities.timestamps
         model = engine._model
         assert model is not None
@@ -218,5 +208,3 @@ async def test_kokoro_engine_word_times_come_from_pred_dur(tmp_path: Path) -> No
             assert [w.word for t in items[::2] for w in t.words] == words_of(text)
         plain = [x async for x in engine.synthesize("Hello there.", voice="af_test", speed=1.0)]
         assert plain and all(isinstance(x, bytes) for x in plain)
-    finally:
-        await engine.aclose()
