@@ -47,7 +47,6 @@ from .common import (
     post_speech,
     recorded,
     run_published,
-    stall_cell,
     stream_run,
     summarize,
     table,
@@ -56,6 +55,7 @@ from .common import (
 from .corpus import agent_prompts
 from .plots import plot_timeline
 from .remote import RemoteClient
+from .ttfb import channel_rows
 
 ANCHOR = {
     "local_container_speedup": 2.4,
@@ -217,24 +217,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def render(out: dict[str, Any]) -> str:
-    rows: list[list[Any]] = []
-    for name, res in out["sources"].items():
-        for ch, e in res["channels"].items():
-            imp = res["improvement"].get(ch)
-            rows.append(
-                [
-                    name,
-                    ch,
-                    e["ttfb"].n,
-                    e["ttfb"].mean,
-                    e["ttfb"].median,
-                    e["ttfb"].p90,
-                    f"{imp['speedup_mean']:.2f}x" if imp else "",
-                    f"{imp['speedup_median']:.2f}x" if imp else "",
-                    e["total"].mean,
-                    stall_cell(e),
-                ]
-            )
+    rows = channel_rows(out["sources"], (("speedup_mean", "{:.2f}x"), ("speedup_median", "{:.2f}x")))
     headers = [
         "source",
         "channel",

@@ -268,27 +268,16 @@ async def run_sweep(
     out["engines"][name] = {**result, "note": note, "best_for_ttfb": best}
 
 
-def engine_rows(out: dict[str, Any]) -> list[list[Any]]:
+def channel_rows(groups: dict[str, Any], improvement: tuple[tuple[str, str], ...]) -> list[list[Any]]:
+    """A table row per group and channel of ``summarize`` results (skipped groups left out): the
+    first audio's n, mean, median and p90, a cell per ``(key, format)`` of the channel's
+    improvement (blank for the baseline), the last audio's mean, the stalls."""
     rows: list[list[Any]] = []
-    for name, res in out["engines"].items():
-        if "skipped" in res:
-            continue
-        for ch, e in res["channels"].items():
-            imp = res["improvement"].get(ch)
-            rows.append(
-                [
-                    name,
-                    ch,
-                    e["ttfb"].n,
-                    e["ttfb"].mean,
-                    e["ttfb"].median,
-                    e["ttfb"].p90,
-                    f"{imp['mean_pct']:+.1f}%" if imp else "",
-                    f"{imp['speedup_mean']:.2f}x" if imp else "",
-                    e["total"].mean,
-                    stall_cell(e),
-                ]
-            )
+    for name, res in groups.items():
+        for ch, e in res["channels"].items() if "skipped" not in res else ():
+            t, imp = e["ttfb"], res["improvement"].get(ch)
+            cells = [form.format(imp[key]) if imp else "" for key, form in improvement]
+            rows.append([name, ch, t.n, t.mean, t.median, t.p90, *cells, e["total"].mean, stall_cell(e)])
     return rows
 
 
@@ -306,7 +295,8 @@ def render(out: dict[str, Any], sweep: bool) -> str:
         "last audio ms",
         "stalls (runs, total)",
     ]
-    lines = [table(headers, engine_rows(out))]
+    rows = channel_rows(out["engines"], (("mean_pct", "{:+.1f}%"), ("speedup_mean", "{:.2f}x")))
+    lines = [table(headers, rows)]
     lines += [f"{name}: {res['skipped']}" for name, res in out["engines"].items() if "skipped" in res]
     if sweep:
         for name, res in out["engines"].items():
