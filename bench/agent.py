@@ -17,6 +17,7 @@ With ``--llm-url`` (an OpenAI-compatible streaming chat endpoint) or ``--bedrock
 ws_tokens, through the gateway's own clients (``gateway.agent``). Writes
 ``bench-results/agent.json``, a bar chart and a timeline of one reply.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,24 +25,44 @@ import asyncio
 import json
 import os
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator, Protocol
+from typing import Any, Protocol
 
 import aiohttp
 
 from gateway.agent import Agent, SimulatedAgent, one_turn
 from gateway.agent.bedrock import BedrockConverse
 from gateway.agent.openai_chat import OpenAIChat
-from .client import StreamResult
 from gateway.config import Settings
-from .common import (Probe, RESULTS_DIR, Target, bench_settings, gateway, measure, post_speech, publish,
-                     quiet_logs, recorded, stall_cell, stream_run, summarize, table, timeline)
+
+from .client import StreamResult
+from .common import (
+    RESULTS_DIR,
+    Probe,
+    Target,
+    bench_settings,
+    gateway,
+    measure,
+    post_speech,
+    publish,
+    quiet_logs,
+    recorded,
+    stall_cell,
+    stream_run,
+    summarize,
+    table,
+    timeline,
+)
+from .corpus import agent_prompts
 from .plots import plot_timeline
 from .remote import RemoteClient
-from .corpus import agent_prompts
 
-ANCHOR = {"local_container_speedup": 2.4, "deployed_runtime_speedup": 3.5,
-          "where": "bidirectional streaming vs batch with a generative agent"}
+ANCHOR = {
+    "local_container_speedup": 2.4,
+    "deployed_runtime_speedup": 3.5,
+    "where": "bidirectional streaming vs batch with a generative agent",
+}
 LLM_PROMPTS = (
     "My package has not arrived yet. What should I do?",
     "Can you move my dentist appointment to Monday morning?",
@@ -68,8 +89,14 @@ class OneTurn:
         return self.agent.stream(one_turn(prompt, SYSTEM))
 
 
-async def ws_tokens(http: aiohttp.ClientSession, url: str, source: TokenSource, prompt: str,
-                    options: dict[str, Any], timeout: float = 120.0) -> StreamResult:
+async def ws_tokens(
+    http: aiohttp.ClientSession,
+    url: str,
+    source: TokenSource,
+    prompt: str,
+    options: dict[str, Any],
+    timeout: float = 120.0,
+) -> StreamResult:
     """One reply over the WebSocket, each token sent as a ``text`` message the moment it arrives."""
     result = StreamResult()
     async with http.ws_connect(url, max_msg_size=0) as ws:
@@ -99,6 +126,7 @@ async def _read(ws: aiohttp.ClientWebSocketResponse, result: StreamResult) -> No
 
 def probes_for(t: Target, source: TokenSource, fields: dict[str, Any], client: RemoteClient | None) -> dict[str, Probe]:
     """batch and ws_tokens run ``source`` here; ws (the gateway's own agent) runs in ``client``."""
+
     async def batch(http: aiohttp.ClientSession, prompt: str) -> dict[str, Any]:
         t0 = time.perf_counter()
         text = "".join([token async for token in source.stream(prompt)])
@@ -119,16 +147,22 @@ def probes_for(t: Target, source: TokenSource, fields: dict[str, Any], client: R
     return {"batch": batch, "ws": ws, "ws_tokens": tokens}
 
 
-async def draw_timeline(client: RemoteClient, t: Target, prompt: str, fields: dict[str, Any],
-                        path: Path) -> dict[str, Any]:
+async def draw_timeline(
+    client: RemoteClient, t: Target, prompt: str, fields: dict[str, Any], path: Path
+) -> dict[str, Any]:
     """One prompt on both channels (WebSocket with msgpack, so audio frames carry their times)."""
     ws = await client.run("ws", t.ws_url, prompt=prompt, options={**fields, "envelope": "msgpack"})
     sse = await client.run("sse", t.sse_url, prompt=prompt, options=fields)
     s = t.settings
-    lanes = {name: timeline(r, bitrate=64, first_clause_words=s.first_clause_words, max_chars=s.max_segment_chars)
-             for name, r in (("ws (prompt)", ws), ("sse (prompt)", sse))}
-    plot_timeline(path, f"{t.name}: one agent reply ({s.agent_first_token_ms:g} ms to first token, "
-                  f"{s.agent_tokens_per_s:g} tokens/s)", lanes)
+    lanes = {
+        name: timeline(r, bitrate=64, first_clause_words=s.first_clause_words, max_chars=s.max_segment_chars)
+        for name, r in (("ws (prompt)", ws), ("sse (prompt)", sse))
+    }
+    plot_timeline(
+        path,
+        f"{t.name}: one agent reply ({s.agent_first_token_ms:g} ms to first token, {s.agent_tokens_per_s:g} tokens/s)",
+        lanes,
+    )
     return lanes
 
 
@@ -156,14 +190,23 @@ def gateway_settings(args: argparse.Namespace) -> Settings:
 
 
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
-    out: dict[str, Any] = {"bench": "agent", "anchor": ANCHOR, "engine": args.engine, "reps": args.reps,
-                           "agent": {"first_token_ms": args.first_token_ms, "tokens_per_s": args.tokens_per_s},
-                           "sources": {}}
+    out: dict[str, Any] = {
+        "bench": "agent",
+        "anchor": ANCHOR,
+        "engine": args.engine,
+        "reps": args.reps,
+        "agent": {"first_token_ms": args.first_token_ms, "tokens_per_s": args.tokens_per_s},
+        "sources": {},
+    }
     fields: dict[str, Any] = {"voice": args.voice} if args.voice else {}
     if args.engine == "fake" and args.fake_speed != 1.0:
         fields["speed"] = args.fake_speed
     with recorded(out):
-        async with aiohttp.ClientSession() as http, gateway(gateway_settings(args)) as t, RemoteClient.start() as client:
+        async with (
+            aiohttp.ClientSession() as http,
+            gateway(gateway_settings(args)) as t,
+            RemoteClient.start() as client,
+        ):
             for name, (source, prompts) in sources(http, args).items():
                 probes = probes_for(t, source, fields, client if name == "simulated" else None)
                 result = summarize(await measure(http, probes, prompts, args.reps, WARMUP, name))
@@ -179,17 +222,40 @@ def render(out: dict[str, Any]) -> str:
     for name, res in out["sources"].items():
         for ch, e in res["channels"].items():
             imp = res["improvement"].get(ch)
-            rows.append([name, ch, e["ttfb"].n, e["ttfb"].mean, e["ttfb"].median, e["ttfb"].p90,
-                         f"{imp['speedup_mean']:.2f}x" if imp else "", f"{imp['speedup_median']:.2f}x" if imp else "",
-                         e["total"].mean, stall_cell(e)])
-    headers = ["source", "channel", "n", "mean ms", "median", "p90", "speed-up", "(median)", "last audio ms",
-               "stalls (runs, total)"]
+            rows.append(
+                [
+                    name,
+                    ch,
+                    e["ttfb"].n,
+                    e["ttfb"].mean,
+                    e["ttfb"].median,
+                    e["ttfb"].p90,
+                    f"{imp['speedup_mean']:.2f}x" if imp else "",
+                    f"{imp['speedup_median']:.2f}x" if imp else "",
+                    e["total"].mean,
+                    stall_cell(e),
+                ]
+            )
+    headers = [
+        "source",
+        "channel",
+        "n",
+        "mean ms",
+        "median",
+        "p90",
+        "speed-up",
+        "(median)",
+        "last audio ms",
+        "stalls (runs, total)",
+    ]
     a, ag = out["anchor"], out["agent"]
-    lines = [f"engine {out['engine']}; simulated agent: {ag['first_token_ms']:g} ms to the first token, then "
-             f"{ag['tokens_per_s']:g} tokens/s (typical of a hosted LLM); time from the prompt to the first audio",
-             table(headers, rows),
-             f"anchor ({a['where']}): {a['local_container_speedup']}x on a local container, "
-             f"{a['deployed_runtime_speedup']}x on a deployed agent runtime"]
+    lines = [
+        f"engine {out['engine']}; simulated agent: {ag['first_token_ms']:g} ms to the first token, then "
+        f"{ag['tokens_per_s']:g} tokens/s (typical of a hosted LLM); time from the prompt to the first audio",
+        table(headers, rows),
+        f"anchor ({a['where']}): {a['local_container_speedup']}x on a local container, "
+        f"{a['deployed_runtime_speedup']}x on a deployed agent runtime",
+    ]
     sim = out["sources"].get("simulated", {}).get("improvement", {}).get("ws")
     if sim:
         verdict = "met" if sim["speedup_mean"] >= 3 else "NOT met"
@@ -199,24 +265,40 @@ def render(out: dict[str, Any]) -> str:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     d = Settings()
-    p = argparse.ArgumentParser(prog="run_gateway.py bench agent", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="run_gateway.py bench agent", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--engine", default="embedded", help="gateway engine (default: %(default)s)")
     p.add_argument("--reps", type=int, default=2, help="repetitions of the prompts (default: %(default)s)")
     p.add_argument("--prompts", type=int, default=None, metavar="N", help="use the first N prompts (default: all 5)")
-    p.add_argument("--first-token-ms", type=float, default=d.agent_first_token_ms,
-                   help="simulated agent: delay to the first token (default: %(default)s)")
-    p.add_argument("--tokens-per-s", type=float, default=d.agent_tokens_per_s,
-                   help="simulated agent: token rate (default: %(default)s)")
+    p.add_argument(
+        "--first-token-ms",
+        type=float,
+        default=d.agent_first_token_ms,
+        help="simulated agent: delay to the first token (default: %(default)s)",
+    )
+    p.add_argument(
+        "--tokens-per-s",
+        type=float,
+        default=d.agent_tokens_per_s,
+        help="simulated agent: token rate (default: %(default)s)",
+    )
     p.add_argument("--voice", default="")
     p.add_argument("--fake-rtf", type=float, default=0.35, help="with --engine fake (default: %(default)s)")
     p.add_argument("--fake-first-delay-ms", type=float, default=0.0)
-    p.add_argument("--fake-speed", type=float, default=1.0,
-                   help="with --engine fake: request speed (0.7 ~ the embedded voice's audio per word)")
+    p.add_argument(
+        "--fake-speed",
+        type=float,
+        default=1.0,
+        help="with --engine fake: request speed (0.7 ~ the embedded voice's audio per word)",
+    )
     p.add_argument("--llm-url", help="OpenAI-compatible base URL or /chat/completions URL (off by default)")
     p.add_argument("--llm-model", default="", help="model name for --llm-url")
-    p.add_argument("--llm-key-env", default="OPENAI_API_KEY",
-                   help="environment variable holding the key for --llm-url (default: %(default)s; unset: no key)")
+    p.add_argument(
+        "--llm-key-env",
+        default="OPENAI_API_KEY",
+        help="environment variable holding the key for --llm-url (default: %(default)s; unset: no key)",
+    )
     p.add_argument("--bedrock-model", default="", help="Bedrock model id for converse_stream (off by default)")
     p.add_argument("--bedrock-region", default="")
     p.add_argument("--no-simulated", action="store_true", help="only the real LLM source(s)")
@@ -237,6 +319,12 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     quiet_logs()
     out = asyncio.run(bench(args))
-    publish(args.out, "agent", out, render(out),
-            plot_title=None if args.no_plots else "agent: prompt to first audio", groups_of="sources")
+    publish(
+        args.out,
+        "agent",
+        out,
+        render(out),
+        plot_title=None if args.no_plots else "agent: prompt to first audio",
+        groups_of="sources",
+    )
     return 0

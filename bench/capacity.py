@@ -18,6 +18,7 @@ py-spy samples the gateway during the window and the hottest functions are repor
     python -m bench.capacity --format mp3 --levels 50,100,200,400 --encoders --profile
     python -m bench.capacity --relay --levels 50,100,150   # gateway -> model container
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,17 +31,18 @@ import multiprocessing
 import os
 import sys
 import time
+from collections.abc import AsyncIterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import numpy as np
 
-from gateway.kokoro.timestamps import WordTimes
 from gateway.config import Settings
 from gateway.engines.fake import FakeEngine
 from gateway.errors import BadRequest
+from gateway.kokoro.timestamps import WordTimes
 
 from .capacity_clients import client_worker
 from .meters import busy_fraction, cpu_times, encoder_speeds, py_spy_top, raise_fd_limit
@@ -105,8 +107,16 @@ class PacedFakeEngine(FakeEngine):
             self._rendered[key] = super().render(text, voice, speed)
         return self._rendered[key]
 
-    async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
-                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:
+    async def synthesize(
+        self,
+        text: str,
+        *,
+        voice: str,
+        speed: float,
+        vocoder: str | None = None,
+        buffered_s: float = 0.0,
+        timestamps: bool = False,
+    ) -> AsyncIterator[bytes | WordTimes]:
         rtf = self.settings.fake_rtf
         if not rtf:  # paced below: no word times (optional per segment), as a proxy engine without them
             async for chunk in super().synthesize(text, voice=voice, speed=speed, timestamps=timestamps):
@@ -119,7 +129,7 @@ class PacedFakeEngine(FakeEngine):
         pcm = self.render(text, voice, speed)
         step = max(1, int(self.sample_rate * self.settings.fake_chunk_ms / 1000))
         for start in range(0, len(pcm), step):
-            chunk = pcm[start:start + step]
+            chunk = pcm[start : start + step]
             due = started + (start + len(chunk)) / self.sample_rate * rtf
             await asyncio.sleep(max(0.0, due - loop.time()))
             yield chunk.tobytes()
@@ -141,21 +151,28 @@ class Plan:
     workers: int = 1  # gateway processes on the port (its `workers` setting); CPU summed over them
 
 
-async def run_level(gw: GatewayProcess, upstream: GatewayProcess | None, pool: ProcessPoolExecutor,
-                    n: int, plan: Plan) -> Level:
+async def run_level(
+    gw: GatewayProcess, upstream: GatewayProcess | None, pool: ProcessPoolExecutor, n: int, plan: Plan
+) -> Level:
     loop = asyncio.get_running_loop()
     ramp_s = max(1.0, n / plan.ramp_per_s)
     start_at = time.monotonic() + 0.5
     window = (start_at + ramp_s + plan.settle_s, start_at + ramp_s + plan.settle_s + plan.window_s)
     text = reply_text(window[1] - start_at + 5.0)
     shares = [n // plan.client_procs + (k < n % plan.client_procs) for k in range(plan.client_procs)]
-    futures = [loop.run_in_executor(pool, client_worker, gw.ws_url, share, plan.fmt, text, start_at, ramp_s, window)
-               for share in shares if share]
+    futures = [
+        loop.run_in_executor(pool, client_worker, gw.ws_url, share, plan.fmt, text, start_at, ramp_s, window)
+        for share in shares
+        if share
+    ]
     await asyncio.sleep(max(0.0, window[0] - time.monotonic()))
     meters = [p for p in (gw, upstream) if p is not None]
     cpu0, busy0, wait0 = [p.cpu_seconds() for p in meters], cpu_times(), gw.runqueue_seconds()
-    spy = (asyncio.create_task(py_spy_top(gw.pid, plan.window_s - 1.0, subprocesses=plan.workers > 1))
-           if plan.profile else None)
+    spy = (
+        asyncio.create_task(py_spy_top(gw.pid, plan.window_s - 1.0, subprocesses=plan.workers > 1))
+        if plan.profile
+        else None
+    )
     await asyncio.sleep(max(0.0, window[1] - time.monotonic()))
     cores = [(p.cpu_seconds() - c) / plan.window_s for p, c in zip(meters, cpu0)]
     waiting = (gw.runqueue_seconds() - wait0) / plan.window_s
@@ -167,14 +184,22 @@ async def run_level(gw: GatewayProcess, upstream: GatewayProcess | None, pool: P
         errors.update(p["errors"])
     streaming = sum(p["streaming"] for p in parts)
     audio = sum(p["audio_s"] for p in parts)
-    p50, p99, worst = (np.percentile(late, [50, 99, 100]) if late.size else (float("nan"),) * 3)
+    p50, p99, worst = np.percentile(late, [50, 99, 100]) if late.size else (float("nan"),) * 3
     return Level(
-        concurrency=n, format=plan.fmt, connected=sum(p["connected"] for p in parts),
-        streaming_at_end=streaming, errors=dict(errors), payloads=int(late.size),
-        late_p50_ms=round(float(p50), 1), late_p99_ms=round(float(p99), 1), late_max_ms=round(float(worst), 1),
-        gateway_cores=round(cores[0], 3), upstream_cores=round(cores[1], 3) if upstream else None,
+        concurrency=n,
+        format=plan.fmt,
+        connected=sum(p["connected"] for p in parts),
+        streaming_at_end=streaming,
+        errors=dict(errors),
+        payloads=int(late.size),
+        late_p50_ms=round(float(p50), 1),
+        late_p99_ms=round(float(p99), 1),
+        late_max_ms=round(float(worst), 1),
+        gateway_cores=round(cores[0], 3),
+        upstream_cores=round(cores[1], 3) if upstream else None,
         client_cores=round(sum(p["client_cpu_s"] for p in parts) / (window[1] - start_at), 3),
-        machine_busy=round(busy, 3), gateway_runqueue=round(waiting, 3),
+        machine_busy=round(busy, 3),
+        gateway_runqueue=round(waiting, 3),
         # audio seconds delivered per gateway CPU second: real-time streams one core could carry,
         # a figure that holds even when the gateway was starved of CPU and fell behind
         streams_per_core=round(audio / (cores[0] * plan.window_s), 1) if cores[0] else 0.0,
@@ -187,8 +212,12 @@ async def run_level(gw: GatewayProcess, upstream: GatewayProcess | None, pool: P
 def gateway_settings(fmt: str, extra: dict[str, str] | None = None) -> dict[str, str]:
     """Settings for a capacity gateway: real-time fake engine, no admission cap in the way."""
     return {
-        "fake_rtf": "1.0", "default_format": fmt, "log_level": "WARNING",
-        "max_active_sessions": "100000", "max_queued_sessions": "0", "max_sessions_per_client": "0",
+        "fake_rtf": "1.0",
+        "default_format": fmt,
+        "log_level": "WARNING",
+        "max_active_sessions": "100000",
+        "max_queued_sessions": "0",
+        "max_sessions_per_client": "0",
         **(extra or {}),
     }
 
@@ -202,8 +231,9 @@ def relay_settings(url: str, sessions: int) -> dict[str, str]:
     return {"container_url": url, "container_cache": "false", "container_pool_size": str(max(4, sessions))}
 
 
-async def sweep(levels: list[int], plan: Plan, *, settings: dict[str, str] | None = None,
-                stop_on_break: bool = True) -> list[Level]:
+async def sweep(
+    levels: list[int], plan: Plan, *, settings: dict[str, str] | None = None, stop_on_break: bool = True
+) -> list[Level]:
     """Run ``levels`` against one fresh gateway subprocess; stop after the first that breaks."""
     raise_fd_limit()
     results: list[Level] = []
@@ -213,12 +243,15 @@ async def sweep(levels: list[int], plan: Plan, *, settings: dict[str, str] | Non
         async with contextlib.AsyncExitStack() as stack:
             engine, extra, upstream = plan.engine, dict(settings or {}), None
             if plan.relay:  # gateway -> container engine -> model container running the paced fake
-                upstream = await stack.enter_async_context(GatewayProcess(
-                    plan.engine, {"fake_rtf": "1.0", "log_level": "WARNING"}, command="container"))
+                upstream = await stack.enter_async_context(
+                    GatewayProcess(plan.engine, {"fake_rtf": "1.0", "log_level": "WARNING"}, command="container")
+                )
                 engine, extra = "container", {**relay_settings(upstream.ws_url, max(levels)), **extra}
             gw = await stack.enter_async_context(
-                GatewayProcess(engine, gateway_settings(plan.fmt, {"workers": str(plan.workers), **extra}),
-                               uvloop=plan.uvloop))
+                GatewayProcess(
+                    engine, gateway_settings(plan.fmt, {"workers": str(plan.workers), **extra}), uvloop=plan.uvloop
+                )
+            )
             for n in levels:
                 level = await run_level(gw, upstream, pool, n, plan)
                 log.info("%s", _row(level))
@@ -231,21 +264,26 @@ async def sweep(levels: list[int], plan: Plan, *, settings: dict[str, str] | Non
 
 def _row(r: Level) -> str:
     errs = ",".join(f"{k}:{v}" for k, v in r.errors.items()) or "-"
-    return (f"{r.format:>4} {r.concurrency:>6} {r.streaming_at_end:>6} {r.late_p50_ms:>8.1f} {r.late_p99_ms:>8.1f} "
-            f"{r.late_max_ms:>8.1f} {r.gateway_cores:>6.2f} {r.gateway_runqueue:>6.2f} "
-            f"{'-' if r.upstream_cores is None else format(r.upstream_cores, '.2f'):>6} "
-            f"{r.client_cores:>6.2f} {r.machine_busy:>5.0%} "
-            f"{r.streams_per_core:>8.1f} {'yes' if r.holds else 'NO':>5} {errs}")
+    return (
+        f"{r.format:>4} {r.concurrency:>6} {r.streaming_at_end:>6} {r.late_p50_ms:>8.1f} {r.late_p99_ms:>8.1f} "
+        f"{r.late_max_ms:>8.1f} {r.gateway_cores:>6.2f} {r.gateway_runqueue:>6.2f} "
+        f"{'-' if r.upstream_cores is None else format(r.upstream_cores, '.2f'):>6} "
+        f"{r.client_cores:>6.2f} {r.machine_busy:>5.0%} "
+        f"{r.streams_per_core:>8.1f} {'yes' if r.holds else 'NO':>5} {errs}"
+    )
 
 
-HEADER = (f"{'fmt':>4} {'conc':>6} {'live':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
-          f"{'gw cpu':>6} {'gw rq':>6} {'up cpu':>6} "
-          f"{'client':>6} {'box':>5} {'str/core':>8} {'holds':>5} errors")
+HEADER = (
+    f"{'fmt':>4} {'conc':>6} {'live':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
+    f"{'gw cpu':>6} {'gw rq':>6} {'up cpu':>6} "
+    f"{'client':>6} {'box':>5} {'str/core':>8} {'holds':>5} errors"
+)
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="capacity", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="capacity", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--format", default="pcm", choices=("pcm", "mp3"))
     parser.add_argument("--levels", default="100,250,500,1000,1500")
     parser.add_argument("--window", type=float, default=15.0, help="measured seconds per level")
@@ -263,15 +301,29 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", default="", help="write the results as JSON here")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    plan = Plan(fmt=args.format, window_s=args.window, client_procs=args.client_procs,
-                bound_ms=args.bound_ms, ramp_per_s=args.ramp, profile=args.profile, engine=args.engine,
-                uvloop=args.uvloop, relay=args.relay, workers=args.workers)
+    plan = Plan(
+        fmt=args.format,
+        window_s=args.window,
+        client_procs=args.client_procs,
+        bound_ms=args.bound_ms,
+        ramp_per_s=args.ramp,
+        profile=args.profile,
+        engine=args.engine,
+        uvloop=args.uvloop,
+        relay=args.relay,
+        workers=args.workers,
+    )
     extra = dict(item.split("=", 1) for item in args.set)
     log.info("%s", HEADER)
-    levels = asyncio.run(sweep([int(x) for x in args.levels.split(",")], plan, settings=extra,
-                               stop_on_break=not args.all))
-    report: dict[str, Any] = {"plan": asdict(plan), "levels": [asdict(x) for x in levels],
-                              "load_average": os.getloadavg(), "cpus": os.cpu_count()}
+    levels = asyncio.run(
+        sweep([int(x) for x in args.levels.split(",")], plan, settings=extra, stop_on_break=not args.all)
+    )
+    report: dict[str, Any] = {
+        "plan": asdict(plan),
+        "levels": [asdict(x) for x in levels],
+        "load_average": os.getloadavg(),
+        "cpus": os.cpu_count(),
+    }
     if args.encoders:
         report["encoders"] = encoder_speeds()
         log.info("encoders alone (x real time on one core): %s", report["encoders"])

@@ -1,5 +1,6 @@
 """The client side of ``bench.capacity``: one process's share of the sessions, each measuring
 how late every payload arrives for a listener who started playing at the first one."""
+
 from __future__ import annotations
 
 import asyncio
@@ -21,8 +22,9 @@ class Sink:
         self.audio_s = 0.0  # audio delivered inside the window
 
 
-async def _session(http: aiohttp.ClientSession, url: str, fmt: str, text: str,
-                   window: tuple[float, float], sink: Sink) -> None:
+async def _session(
+    http: aiohttp.ClientSession, url: str, fmt: str, text: str, window: tuple[float, float], sink: Sink
+) -> None:
     async with http.ws_connect(url, max_msg_size=0) as ws:
         sink.connected += 1
         await ws.send_json({"type": "start", "format": fmt, "cache": False})  # every session synthesizes
@@ -61,8 +63,9 @@ async def _guarded(coro: Any, sink: Sink) -> None:
         sink.errors[type(exc).__name__] += 1
 
 
-async def _client_load(url: str, n: int, fmt: str, text: str, start_at: float, ramp_s: float,
-                       window: tuple[float, float]) -> dict[str, Any]:
+async def _client_load(
+    url: str, n: int, fmt: str, text: str, start_at: float, ramp_s: float, window: tuple[float, float]
+) -> dict[str, Any]:
     sink = Sink()
     cpu0 = time.process_time()
     connector = aiohttp.TCPConnector(limit=0, force_close=True)
@@ -77,12 +80,19 @@ async def _client_load(url: str, n: int, fmt: str, text: str, start_at: float, r
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
     cpu = time.process_time() - cpu0
-    return {"late": sink.late, "errors": dict(sink.errors), "connected": sink.connected,
-            "streaming": streaming, "client_cpu_s": cpu, "audio_s": sink.audio_s}
+    return {
+        "late": sink.late,
+        "errors": dict(sink.errors),
+        "connected": sink.connected,
+        "streaming": streaming,
+        "client_cpu_s": cpu,
+        "audio_s": sink.audio_s,
+    }
 
 
-def client_worker(url: str, n: int, fmt: str, text: str, start_at: float, ramp_s: float,
-                  window: tuple[float, float]) -> dict[str, Any]:
+def client_worker(
+    url: str, n: int, fmt: str, text: str, start_at: float, ramp_s: float, window: tuple[float, float]
+) -> dict[str, Any]:
     """Entry point of a client process (module-level, so a spawned process can import it)."""
     raise_fd_limit()
     coro = _client_load(url, n, fmt, text, start_at, ramp_s, window)

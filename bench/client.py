@@ -4,14 +4,16 @@ Each returns a ``StreamResult``: the events in order with arrival times, the aud
 as received (base64 decoded for SSE), and the time to the first audio byte measured from the
 moment the request was sent (or the first token for token-by-token input).
 """
+
 from __future__ import annotations
 
 import asyncio
 import base64
 import json
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import aiohttp
 import msgpack
@@ -117,7 +119,9 @@ async def sse_stream(
     """One reply over the SSE channel; ``fields`` are the request options (text, voice, ...)."""
     result = StreamResult()
     result.t0 = time.perf_counter()
-    kwargs: dict[str, Any] = {"json": fields} if method == "POST" else {"params": {k: str(v) for k, v in fields.items()}}
+    kwargs: dict[str, Any] = (
+        {"json": fields} if method == "POST" else {"params": {k: str(v) for k, v in fields.items()}}
+    )
     async with http.request(method, url, timeout=aiohttp.ClientTimeout(total=timeout), **kwargs) as resp:
         if resp.status != 200:
             body = await resp.json()

@@ -16,6 +16,7 @@ LiveKit and Pipecat run in ``.venv-clients`` (``make test-clients`` builds it; o
 ``--clients-python``) as one long-lived process (``clients_probe.py``) the bench talks to over
 its stdin and stdout; without that venv their rows are skipped with a note. Ratios are to ``ws``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,9 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import aiohttp
 
@@ -32,9 +34,11 @@ from .client import ws_stream
 from .common import RESULTS_DIR, publish, quiet_logs, recorded, stats, table
 from .procs import ROOT, GatewayProcess
 
-REPLY = ("Sure, I can help with that. Your order shipped this morning from our warehouse in Ohio, "
-         "and it should arrive on Thursday. The tracking number is in your inbox. "
-         "Is there anything else I can do for you today?")
+REPLY = (
+    "Sure, I can help with that. Your order shipped this morning from our warehouse in Ohio, "
+    "and it should arrive on Thursday. The tracking number is in your inbox. "
+    "Is there anything else I can do for you today?"
+)
 WARMUP = "Hi there, warming up. Not counted."
 DEFAULT_RTF = 0.35  # DESIGN's measured embedded speed (seconds of compute per audio second)
 PROBED = ("livekit-default", "livekit-tts-1", "pipecat")
@@ -47,10 +51,14 @@ class Probe:
         self.python = python
         self.proc: asyncio.subprocess.Process | None = None
 
-    async def __aenter__(self) -> "Probe":
+    async def __aenter__(self) -> Probe:
         self.proc = await asyncio.create_subprocess_exec(
-            self.python, str(ROOT / "bench" / "clients_probe.py"), cwd=ROOT,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+            self.python,
+            str(ROOT / "bench" / "clients_probe.py"),
+            cwd=ROOT,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
         return self
 
     async def ask(self, client: str, url: str, text: str) -> dict[str, Any]:
@@ -79,14 +87,18 @@ def _openai(url: str, stream: bool) -> Callable[[str], Awaitable[dict[str, Any]]
             t0 = time.perf_counter()
             first, size = None, 0
             async with client.audio.speech.with_streaming_response.create(
-                    model="tts-1", voice="alloy", input=text, response_format="pcm",
-                    extra_body={"stream": stream}) as response:
+                model="tts-1", voice="alloy", input=text, response_format="pcm", extra_body={"stream": stream}
+            ) as response:
                 async for chunk in response.iter_bytes():
                     first = first or time.perf_counter()
                     size += len(chunk)
         assert first is not None, "no audio"
-        return {"first_ms": round((first - t0) * 1000, 1), "total_ms": round((time.perf_counter() - t0) * 1000, 1),
-                "audio_s": round(size / 2 / 24000, 3)}
+        return {
+            "first_ms": round((first - t0) * 1000, 1),
+            "total_ms": round((time.perf_counter() - t0) * 1000, 1),
+            "audio_s": round(size / 2 / 24000, 3),
+        }
+
     return run
 
 
@@ -97,8 +109,12 @@ def _ws(ws_url: str) -> Callable[[str], Awaitable[dict[str, Any]]]:
         if result.ttfb_ms is None:
             raise RuntimeError(f"no audio: {result.error}")
         done = result.done or {}
-        return {"first_ms": round(result.ttfb_ms, 1), "total_ms": done.get("total_ms"),
-                "audio_s": round(len(result.audio) / 2 / 24000, 3)}
+        return {
+            "first_ms": round(result.ttfb_ms, 1),
+            "total_ms": done.get("total_ms"),
+            "audio_s": round(len(result.audio) / 2 / 24000, 3),
+        }
+
     return run
 
 
@@ -107,8 +123,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.engine == "fake":
         settings["fake_rtf"] = str(args.fake_rtf)
     python = args.clients_python or str(ROOT / ".venv-clients" / "bin" / "python")
-    out: dict[str, Any] = {"engine": args.engine, "settings": settings, "reply": REPLY, "rounds": args.rounds,
-                           "notes": []}
+    out: dict[str, Any] = {
+        "engine": args.engine,
+        "settings": settings,
+        "reply": REPLY,
+        "rounds": args.rounds,
+        "notes": [],
+    }
     async with GatewayProcess(args.engine, settings) as gw:
         local = {"ws": _ws(gw.ws_url), "openai-sdk": _openai(gw.url, True), "openai-sdk-batch": _openai(gw.url, False)}
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in (*local, *PROBED)}
@@ -128,8 +149,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         raise RuntimeError(f"{name}: {result['error']}")
                     if n:
                         runs[name].append(result)
-    out["clients"] = {name: {"first_ms": stats([r["first_ms"] for r in rs]), "audio_s": rs[0]["audio_s"]}
-                      for name, rs in runs.items() if rs}
+    out["clients"] = {
+        name: {"first_ms": stats([r["first_ms"] for r in rs]), "audio_s": rs[0]["audio_s"]}
+        for name, rs in runs.items()
+        if rs
+    }
     return out
 
 
@@ -144,21 +168,33 @@ class _Nothing:
 def render(out: dict[str, Any]) -> str:
     clients = out["clients"]
     ws = clients["ws"]["first_ms"]
-    rows = [(name, e["first_ms"].mean, e["first_ms"].median, e["first_ms"].min, e["first_ms"].max,
-             f"{e['first_ms'].mean / ws.mean:.2f}x", e["audio_s"]) for name, e in clients.items()]
+    rows = [
+        (
+            name,
+            e["first_ms"].mean,
+            e["first_ms"].median,
+            e["first_ms"].min,
+            e["first_ms"].max,
+            f"{e['first_ms'].mean / ws.mean:.2f}x",
+            e["audio_s"],
+        )
+        for name, e in clients.items()
+    ]
     head = f"first audio, {out['engine']} engine, {out['rounds']} rounds interleaved, ratios to ws\n"
     notes = "".join(f"\nnote: {n}" for n in out["notes"])
     return head + table(("client", "mean ms", "median", "min", "max", "vs ws", "audio s"), rows) + notes
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="run_gateway.py bench clients", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="run_gateway.py bench clients", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--engine", default="fake", choices=("fake", "embedded"))
     p.add_argument("--fake-rtf", type=float, default=DEFAULT_RTF)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--clients-python", help="the Python of the venv with LiveKit and Pipecat "
-                   "(default: .venv-clients/bin/python)")
+    p.add_argument(
+        "--clients-python", help="the Python of the venv with LiveKit and Pipecat (default: .venv-clients/bin/python)"
+    )
     p.add_argument("--out", type=Path, default=RESULTS_DIR)
     args = p.parse_args(argv)
     quiet_logs()

@@ -6,6 +6,7 @@ on stdout: ``{"first_ms", "total_ms", "audio_s"}`` (first audio = the framework 
 audio frame to the agent, measured from the call) or ``{"error"}``. Only the standard library and
 the clients are imported here: this venv has none of the gateway's dependencies.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -77,8 +78,11 @@ async def pipecat(url: str, text: str) -> dict[str, float]:
 def _result(t0: float, first: float | None, samples: int) -> dict[str, float]:
     if first is None:
         raise RuntimeError("no audio")
-    return {"first_ms": round((first - t0) * 1000, 1), "total_ms": round((time.perf_counter() - t0) * 1000, 1),
-            "audio_s": round(samples / RATE, 3)}
+    return {
+        "first_ms": round((first - t0) * 1000, 1),
+        "total_ms": round((time.perf_counter() - t0) * 1000, 1),
+        "audio_s": round(samples / RATE, 3),
+    }
 
 
 CLIENTS = {

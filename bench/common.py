@@ -6,6 +6,7 @@ call the engine directly: ``gateway``; as a subprocess for the container path:
 ``bench.remote``), and writes ``bench-results/<name>.json`` plus PNG plots (``bench.plots``).
 Everything here is measurement plumbing; the figures come from each benchmark's own runs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,9 +16,10 @@ import logging
 import os
 import sys
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from typing import Any
 
 import aiohttp
 import numpy as np
@@ -86,15 +88,18 @@ def parse_engine_args(p: argparse.ArgumentParser, argv: list[str]) -> argparse.N
     return args
 
 
-def engine_targets(args: argparse.Namespace, fake: dict[str, Any] | None = None,
-                   **changes: Any) -> list[tuple[str, Settings]]:
+def engine_targets(
+    args: argparse.Namespace, fake: dict[str, Any] | None = None, **changes: Any
+) -> list[tuple[str, Settings]]:
     """(name, settings) per gateway: the fake engine once per ``--rtfs`` pace (with ``fake``'s
     settings too), every other engine once; ``changes`` apply to all."""
     out: list[tuple[str, Settings]] = []
     for name in args.engines:
         if name == "fake":
-            out += [(f"fake rtf {r:g}", bench_settings("fake", args.set, fake_rtf=r, **(fake or {}), **changes))
-                    for r in args.rtfs]
+            out += [
+                (f"fake rtf {r:g}", bench_settings("fake", args.set, fake_rtf=r, **(fake or {}), **changes))
+                for r in args.rtfs
+            ]
         else:
             out.append((name, bench_settings(name, args.set, **changes)))
     return out
@@ -124,8 +129,9 @@ class Batch:
     audio_bytes: int
 
 
-async def post_speech(http: aiohttp.ClientSession, url: str, text: str, t0: float | None = None,
-                      **fields: Any) -> Batch:
+async def post_speech(
+    http: aiohttp.ClientSession, url: str, text: str, t0: float | None = None, **fields: Any
+) -> Batch:
     """``POST /v1/audio/speech`` (the batch baseline: ``stream: false``, since the route
     streams by default), timed from ``t0`` (default: now)."""
     t0 = time.perf_counter() if t0 is None else t0
@@ -154,8 +160,14 @@ def stats(values: Sequence[float]) -> Stats:
     if not values:
         raise ValueError("no values to summarize")
     a = np.asarray(values, float)
-    return Stats(len(a), round(float(a.mean()), 1), round(float(np.median(a)), 1),
-                 round(float(np.percentile(a, 90)), 1), round(float(a.min()), 1), round(float(a.max()), 1))
+    return Stats(
+        len(a),
+        round(float(a.mean()), 1),
+        round(float(np.median(a)), 1),
+        round(float(np.percentile(a, 90)), 1),
+        round(float(a.min()), 1),
+        round(float(a.max()), 1),
+    )
 
 
 def improvement(batch: Stats, other: Stats) -> dict[str, float]:
@@ -168,8 +180,9 @@ def improvement(batch: Stats, other: Stats) -> dict[str, float]:
     }
 
 
-def playback(arrivals_s: Sequence[float], durations_s: Sequence[float],
-             tolerance_s: float = STALL_TOLERANCE_S) -> dict[str, Any]:
+def playback(
+    arrivals_s: Sequence[float], durations_s: Sequence[float], tolerance_s: float = STALL_TOLERANCE_S
+) -> dict[str, Any]:
     """Play payloads as they arrive, from the first one on: where would playback stall?
 
     A player starts at the first payload and plays each in turn; a payload that arrives after
@@ -202,8 +215,14 @@ def mp3_seconds(payload: bytes, bitrate_kbps: int) -> float:
 Probe = Callable[[aiohttp.ClientSession, str], Awaitable[dict[str, Any]]]
 
 
-async def measure(http: aiohttp.ClientSession, probes: dict[str, Probe], inputs: Sequence[str], reps: int,
-                  warmup: str, label: str = "") -> list[dict[str, Any]]:
+async def measure(
+    http: aiohttp.ClientSession,
+    probes: dict[str, Probe],
+    inputs: Sequence[str],
+    reps: int,
+    warmup: str,
+    label: str = "",
+) -> list[dict[str, Any]]:
     """Every probe on every input, interleaved, ``reps`` times, after one uncounted warm-up each."""
     for probe in probes.values():
         await probe(http, warmup)
@@ -222,8 +241,13 @@ def stream_run(r: Any, what: str, bitrate: int = 64) -> dict[str, Any]:
         raise RuntimeError(f"{what} failed: {r.error or 'no audio'}")
     arrivals = [p - r.t0 for p in r.payload_times]
     play = playback(arrivals, [mp3_seconds(p, bitrate) for p in r.payloads])
-    return {"ttfb_ms": r.ttfb_ms, "total_ms": arrivals[-1] * 1000, "stalls": play["stalls"],
-            "stall_ms": play["stall_ms"], "first_segment": (r.of("sentence") or [{}])[0].get("text")}
+    return {
+        "ttfb_ms": r.ttfb_ms,
+        "total_ms": arrivals[-1] * 1000,
+        "stalls": play["stalls"],
+        "stall_ms": play["stall_ms"],
+        "first_segment": (r.of("sentence") or [{}])[0].get("text"),
+    }
 
 
 def summarize(runs: list[dict[str, Any]], baseline: str = "batch") -> dict[str, Any]:
@@ -231,8 +255,10 @@ def summarize(runs: list[dict[str, Any]], baseline: str = "batch") -> dict[str, 
     out: dict[str, Any] = {"channels": {}, "improvement": {}}
     for ch in dict.fromkeys(r["channel"] for r in runs):
         mine = [r for r in runs if r["channel"] == ch]
-        entry: dict[str, Any] = {"ttfb": stats([r["ttfb_ms"] for r in mine]),
-                                 "total": stats([r["total_ms"] for r in mine])}
+        entry: dict[str, Any] = {
+            "ttfb": stats([r["ttfb_ms"] for r in mine]),
+            "total": stats([r["total_ms"] for r in mine]),
+        }
         if "stalls" in mine[0]:
             entry["runs_with_stalls"] = sum(1 for r in mine if r["stalls"])
             entry["stall_ms_total"] = round(sum(r["stall_ms"] for r in mine), 1)
@@ -319,19 +345,23 @@ def report(text: str) -> None:
     sys.stdout.flush()
 
 
-def publish(out_dir: Path, name: str, out: dict[str, Any], table_text: str, *,
-            plot_title: str | None, groups_of: str) -> None:
+def publish(
+    out_dir: Path, name: str, out: dict[str, Any], table_text: str, *, plot_title: str | None, groups_of: str
+) -> None:
     """Write ``name``.json, the ttfb bar plot of ``out[groups_of]`` (unless ``plot_title`` is
     None), and print the table with the run's time and machine load under it."""
     write_json(out_dir, name, out)
     if plot_title is not None:
-        groups = {n: {c: e["ttfb"] for c, e in r["channels"].items()}
-                  for n, r in out[groups_of].items() if "channels" in r}
+        groups = {
+            n: {c: e["ttfb"] for c, e in r["channels"].items()} for n, r in out[groups_of].items() if "channels" in r
+        }
         if groups:
             plot_bars(out_dir / f"{name}.png", plot_title, groups)
     m0, m1 = out["machine_start"], out["machine_end"]
-    report(table_text + f"\n{out['elapsed_s']} s; load average {m0['loadavg_1m']} -> {m1['loadavg_1m']} "
-           f"on {m0['cpus']} CPUs; results in {out_dir}/{name}.json")
+    report(
+        table_text + f"\n{out['elapsed_s']} s; load average {m0['loadavg_1m']} -> {m1['loadavg_1m']} "
+        f"on {m0['cpus']} CPUs; results in {out_dir}/{name}.json"
+    )
 
 
 # -- timelines and plots -------------------------------------------------------------------

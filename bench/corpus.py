@@ -5,14 +5,14 @@ clause ("Sure, ..."), some with a long first sentence and no clause mark, some w
 short sentence ("Done."), so the first-clause fast path is exercised both where it applies
 and where it cannot. The first two are the shortest, so ``--corpus 2`` is a quick run.
 """
+
 from __future__ import annotations
 
 from gateway.agent import REPLIES as AGENT_REPLIES
 from gateway.agent import pick_reply
 
 REPLIES: tuple[str, ...] = (
-    "Sure, I can help with that. Your table for four is booked for seven. "
-    "You will get a text when it is ready.",
+    "Sure, I can help with that. Your table for four is booked for seven. You will get a text when it is ready.",
     "Done. Your dentist visit is now on Monday at nine. The clinic will remind you the day before.",
     "Okay, so the train to Boston leaves from platform six at eight fifteen. "
     "It takes about four hours. The cafe car is open the whole way. Shall I book a window seat?",

@@ -9,6 +9,7 @@ Side by side in one run:
   a normal first sentence, plus whether the rest of the reply is ready before the short
   segment has finished playing (the condition for the short-first-segment trick to pay off).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -78,10 +79,25 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     parser.add_argument("--voice", default="")
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--parts", default="threads,paths,memory",
-                        help="which reports: threads (RTF by thread count, first audio), paths (where "
-                             "the time goes: bare model vs the gateway's paths vs in service), memory "
-                             "(RSS per part and the gateway's total)")
+    parser.add_argument(
+        "--path-reps",
+        type=int,
+        default=3,
+        help="paths: repetitions of the side-by-side profile (the spread of the ratios)",
+    )
+    parser.add_argument(
+        "--no-service",
+        action="store_true",
+        help="paths: skip the in-service run (a real gateway streaming the paragraph)",
+    )
+    parser.add_argument(
+        "--parts",
+        default="threads,paths,sim,memory",
+        help="which reports: threads (RTF by thread count, first audio), paths (where "
+        "the time goes: bare model vs the gateway's paths vs in service), sim (the "
+        "vocoder's pacing on a simulated engine at several speeds, no model), memory "
+        "(RSS per part and the gateway's total)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     wanted = set(args.parts.split(","))
@@ -90,13 +106,19 @@ def main(argv: list[str]) -> int:
     if "paths" in wanted:
         from .engine_paths import run as paths_report
 
-        print(paths_report(args.voice))
+        print(paths_report(args.voice, args.path_reps, not args.no_service))
+    if "sim" in wanted:
+        from .pacing_sim import run as sim_report
+
+        print(sim_report())
     if "memory" in wanted:
         from .memory import run as memory_report
 
         print(memory_report())
-    print(f"load average (1 min) at the end: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores "
-          "(above ~1, other work inflates every time figure; ratios are side by side in one run)")
+    print(
+        f"load average (1 min) at the end: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores "
+        "(above ~1, other work inflates every time figure; ratios are side by side in one run)"
+    )
     return 0
 
 

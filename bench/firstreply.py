@@ -19,6 +19,7 @@ from the ready line, to show what still runs while the first reply is served.
 vocoder's build and the speed warm-up after the ready line); ``prepared`` is the default
 (done before it). Both run in one invocation so the figures are side by side.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,14 +33,17 @@ from typing import Any
 import aiohttp
 
 from gateway.config import ROOT
+
 from .common import RESULTS_DIR, machine, post_speech, table, write_json
-from .remote import RemoteClient
 from .player import SAMPLE_RATE, session_run
+from .remote import RemoteClient
 from .servers import free_port
 
 # the demo page's default text (static/index.html)
-TEXT = ("Hello! This reply is streamed one sentence at a time. Each sentence is synthesized as soon as "
-        "it is complete. Listen for gaps between them.")
+TEXT = (
+    "Hello! This reply is streamed one sentence at a time. Each sentence is synthesized as soon as "
+    "it is complete. Listen for gaps between them."
+)
 ORDERS = {"ready-first": ["startup_before_ready=false"], "prepared": ["startup_before_ready=true"]}
 READY = "listening on"
 log = logging.getLogger(__name__)
@@ -51,8 +55,17 @@ class Gateway:
     def __init__(self, engine: str, settings: list[str]) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.argv = [sys.executable, "run_gateway.py", "serve", "--engine", engine, "--workers", "1",
-                     "--port", str(self.port)]
+        self.argv = [
+            sys.executable,
+            "run_gateway.py",
+            "serve",
+            "--engine",
+            engine,
+            "--workers",
+            "1",
+            "--port",
+            str(self.port),
+        ]
         for item in ["cache_mb=0", "log_level=INFO", *settings]:
             self.argv += ["--set", item]
         self.lines: list[tuple[float, str]] = []
@@ -61,10 +74,11 @@ class Gateway:
         self._ready = asyncio.Event()
         self.proc: asyncio.subprocess.Process | None = None
 
-    async def __aenter__(self) -> "Gateway":
+    async def __aenter__(self) -> Gateway:
         self.spawned_at = time.perf_counter()
         self.proc = await asyncio.create_subprocess_exec(
-            *self.argv, cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+            *self.argv, cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+        )
         self._reader = asyncio.create_task(self._read())
         await asyncio.wait_for(self._ready.wait(), 300)
         if self.ready_at is None:
@@ -91,8 +105,11 @@ class Gateway:
     def after_ready(self) -> list[str]:
         """The gateway's lines after the ready one, timed from it (access log left out)."""
         assert self.ready_at is not None
-        return [f"+{t - self.ready_at:6.2f} s  {line.split(' ', 2)[-1][:110]}" for t, line in self.lines
-                if t > self.ready_at and "aiohttp.access" not in line]
+        return [
+            f"+{t - self.ready_at:6.2f} s  {line.split(' ', 2)[-1][:110]}"
+            for t, line in self.lines
+            if t > self.ready_at and "aiohttp.access" not in line
+        ]
 
 
 def _played(r: Any, label: str, batch_ms: float) -> dict[str, Any]:
@@ -101,7 +118,9 @@ def _played(r: Any, label: str, batch_ms: float) -> dict[str, Any]:
     return row
 
 
-async def one_order(order: str, args: argparse.Namespace, client: RemoteClient, client2: RemoteClient) -> dict[str, Any]:
+async def one_order(
+    order: str, args: argparse.Namespace, client: RemoteClient, client2: RemoteClient
+) -> dict[str, Any]:
     pcm = {"format": "pcm"}
     async with Gateway(args.engine, ORDERS[order] + args.set) as gw:
         assert gw.ready_at is not None
@@ -114,15 +133,26 @@ async def one_order(order: str, args: argparse.Namespace, client: RemoteClient, 
         async with aiohttp.ClientSession() as http:
             b = await post_speech(http, gw.url + "/v1/audio/speech", args.text, response_format="pcm")
         shared = {**pcm, "cache": True}
-        both = await asyncio.gather(client2.run("sse", sse, args.text, shared),
-                                    client.run("ws", ws, "", {**page, **shared}))
+        both = await asyncio.gather(
+            client2.run("sse", sse, args.text, shared), client.run("ws", ws, "", {**page, **shared})
+        )
         batch_ms = round(b.total_ms, 1)
-        rows = [_played(first, "first (cold)", batch_ms), _played(second, "second", batch_ms),
-                _played(both[0], "play both: sse", batch_ms), _played(both[1], "play both: ws", batch_ms)]
+        rows = [
+            _played(first, "first (cold)", batch_ms),
+            _played(second, "second", batch_ms),
+            _played(both[0], "play both: sse", batch_ms),
+            _played(both[1], "play both: ws", batch_ms),
+        ]
         log.info("%s: lines after ready\n%s", order, "\n".join(gw.after_ready()))
-        return {"order": order, "ready_s": round(ready_s, 2), "pressed_after_ready_ms": pressed_after_ready_ms,
-                "batch_ms": batch_ms, "audio_s": round(b.audio_bytes / 2 / SAMPLE_RATE, 3), "replies": rows,
-                "log_after_ready": gw.after_ready()}
+        return {
+            "order": order,
+            "ready_s": round(ready_s, 2),
+            "pressed_after_ready_ms": pressed_after_ready_ms,
+            "batch_ms": batch_ms,
+            "audio_s": round(b.audio_bytes / 2 / SAMPLE_RATE, 3),
+            "replies": rows,
+            "log_after_ready": gw.after_ready(),
+        }
 
 
 def render(out: dict[str, Any]) -> str:
@@ -131,19 +161,49 @@ def render(out: dict[str, Any]) -> str:
     rows = []
     for o in out["orders"]:
         for r in o["replies"]:
-            rows.append([o["order"], f"{o['ready_s']:.1f}", r["reply"], f"{r['first_audio_ms']:.0f}",
-                         f"{r['start_ms']:.0f}", f"{o['batch_ms']:.0f}", f"{r['start_vs_batch']:.2f}",
-                         f"{r['stalls']} / {r['stall_ms']:.0f}"])
+            rows.append(
+                [
+                    o["order"],
+                    f"{o['ready_s']:.1f}",
+                    r["reply"],
+                    f"{r['first_audio_ms']:.0f}",
+                    f"{r['start_ms']:.0f}",
+                    f"{o['batch_ms']:.0f}",
+                    f"{r['start_vs_batch']:.2f}",
+                    f"{r['stalls']} / {r['stall_ms']:.0f}",
+                ]
+            )
     head = ["order", "ready s", "reply", "first audio ms", "start ms", "batch ms", "start/batch", "stalls / ms"]
     return table(head, rows) + "\nDone when: first (cold) start/batch <= 0.75; play both <= 0.5"
 
 
 def render_browser(out: dict[str, Any]) -> str:
-    rows = [[o["order"], f"{o['ready_s']:.1f}", r["reply"], f"{r['first_audio_ms']:.0f}", f"{r['start_preroll_ms']:.0f}",
-             f"{r['sound_ms']:.0f}", "/".join(map(str, o["batches_ms"])), f"{r['start_vs_batch']:.2f}", r["gaps"]]
-            for o in out["orders"] for r in o["replies"]]
-    head = ["order", "ready s", "press: channel", "first audio ms", "preroll ms", "first sound ms", "batch ms",
-            "sound/batch", "gaps"]
+    rows = [
+        [
+            o["order"],
+            f"{o['ready_s']:.1f}",
+            r["reply"],
+            f"{r['first_audio_ms']:.0f}",
+            f"{r['start_preroll_ms']:.0f}",
+            f"{r['sound_ms']:.0f}",
+            "/".join(map(str, o["batches_ms"])),
+            f"{r['start_vs_batch']:.2f}",
+            r["gaps"],
+        ]
+        for o in out["orders"]
+        for r in o["replies"]
+    ]
+    head = [
+        "order",
+        "ready s",
+        "press: channel",
+        "first audio ms",
+        "preroll ms",
+        "first sound ms",
+        "batch ms",
+        "sound/batch",
+        "gaps",
+    ]
     return table(head, rows) + "\nDone when: first (cold) sound/batch <= 0.75; Play both (second) <= 0.5"
 
 
@@ -154,8 +214,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--orders", nargs="+", default=list(ORDERS), choices=list(ORDERS))
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a gateway setting")
     p.add_argument("--out", type=Path, default=RESULTS_DIR, help="where firstreply.json goes")
-    p.add_argument("--browser", action="store_true",
-                   help="press Play both on the demo page in Chromium (firstreply_browser.py)")
+    p.add_argument(
+        "--browser", action="store_true", help="press Play both on the demo page in Chromium (firstreply_browser.py)"
+    )
     return p.parse_args(argv)
 
 

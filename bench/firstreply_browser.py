@@ -7,6 +7,7 @@ the very first reply. Then "Play both" again (warm), then the batch baseline of 
 The figure is the page's own ``firstSoundMs`` (its level meter first hears the channel, from the
 press) and ``ttfbMs`` (first audio payload).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,9 +25,17 @@ async def _press(page: Any) -> dict[str, Any]:
     await page.click("#play-both")
     await page.wait_for_function(FINISHED_JS, arg=["sse", "ws"], timeout=180_000, polling=50)
     runs = await stats(page)
-    return {n: {"first_audio_ms": runs[n]["ttfbMs"], "sound_ms": runs[n]["firstSoundMs"],
-                "start_preroll_ms": runs[n]["startPrerollMs"], "start_held_ms": runs[n]["startHeldMs"],
-                "gaps": len(runs[n]["gaps"]), "error": runs[n]["error"]} for n in ("sse", "ws")}
+    return {
+        n: {
+            "first_audio_ms": runs[n]["ttfbMs"],
+            "sound_ms": runs[n]["firstSoundMs"],
+            "start_preroll_ms": runs[n]["startPrerollMs"],
+            "start_held_ms": runs[n]["startHeldMs"],
+            "gaps": len(runs[n]["gaps"]),
+            "error": runs[n]["error"],
+        }
+        for n in ("sse", "ws")
+    }
 
 
 async def _batch_ms(url: str, text: str) -> float:
@@ -51,10 +60,22 @@ async def one_order(order: str, args: argparse.Namespace, browser: Any) -> dict[
         for label, channels in replies.items():
             for name, r in channels.items():
                 sound = r["sound_ms"]
-                rows.append({"reply": f"{label}: {name}", **r,
-                             "start_vs_batch": round(sound / batch_ms, 3) if sound is not None else None})
-        return {"order": order, "ready_s": round(gw.ready_at - gw.spawned_at, 2), "page_open_ms": opened_ms,
-                "batch_ms": round(batch_ms, 1), "batches_ms": [round(b) for b in batches], "replies": rows, "log_after_ready": gw.after_ready()}
+                rows.append(
+                    {
+                        "reply": f"{label}: {name}",
+                        **r,
+                        "start_vs_batch": round(sound / batch_ms, 3) if sound is not None else None,
+                    }
+                )
+        return {
+            "order": order,
+            "ready_s": round(gw.ready_at - gw.spawned_at, 2),
+            "page_open_ms": opened_ms,
+            "batch_ms": round(batch_ms, 1),
+            "batches_ms": [round(b) for b in batches],
+            "replies": rows,
+            "log_after_ready": gw.after_ready(),
+        }
 
 
 async def bench(args: argparse.Namespace, out: dict[str, Any]) -> None:

@@ -16,6 +16,7 @@ pace, and the embedded model. Sessions use the SSE channel by default (``--chann
 request carries the whole text, so admission forecasts the real reply (the reference WebSocket
 client sends its text after ``ready``: a nominal reply is forecast).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,7 +31,15 @@ import aiohttp
 from gateway.core.schedule import oracle_start
 
 from .common import (
-    Target, add_engine_args, engine_targets, gateway, machine, parse_engine_args, publish, quiet_logs, table,
+    Target,
+    add_engine_args,
+    engine_targets,
+    gateway,
+    machine,
+    parse_engine_args,
+    publish,
+    quiet_logs,
+    table,
 )
 from .corpus import REPLIES
 from .player import arrivals_of, simulate
@@ -51,18 +60,28 @@ def listener_row(r: Any) -> dict[str, Any]:
     """One listener's outcome: refused, or played (start, oracle, stalls), queued or not."""
     error = r.error
     if error is not None and not r.payloads:
-        return {"outcome": "refused" if error.get("code") == "overloaded" else f"error {error.get('code')}",
-                "retry_after": error.get("retry_after")}
+        return {
+            "outcome": "refused" if error.get("code") == "overloaded" else f"error {error.get('code')}",
+            "retry_after": error.get("retry_after"),
+        }
     arrivals = arrivals_of(r)
     played = simulate(arrivals)
     oracle = oracle_start([(a.t_s, a.audio_s) for a in arrivals if a.audio_s > 0])
     ready = r.of("ready")[0] if r.of("ready") else {}
     queued = float(ready.get("queued_ms") or 0)
-    return {"outcome": "queued" if queued > 0 else "admitted", "queued_ms": queued,
-            "start_forecast_ms": ready.get("start_forecast_ms"), "preroll_ms": ready.get("preroll_ms"),
-            "first_audio_s": played.first_audio_s, "start_s": played.start_s, "oracle_s": round(oracle, 3),
-            "stalls": played.stalls, "stall_s": round(played.stall_s, 3), "audio_s": round(played.audio_s, 3),
-            "within_bar": played.start_s is not None and played.start_s <= BAR_FACTOR * oracle + BAR_S}
+    return {
+        "outcome": "queued" if queued > 0 else "admitted",
+        "queued_ms": queued,
+        "start_forecast_ms": ready.get("start_forecast_ms"),
+        "preroll_ms": ready.get("preroll_ms"),
+        "first_audio_s": played.first_audio_s,
+        "start_s": played.start_s,
+        "oracle_s": round(oracle, 3),
+        "stalls": played.stalls,
+        "stall_s": round(played.stall_s, 3),
+        "audio_s": round(played.audio_s, 3),
+        "within_bar": played.start_s is not None and played.start_s <= BAR_FACTOR * oracle + BAR_S,
+    }
 
 
 async def one_n(clients: list[RemoteClient], t: Target, n: int, channel: str) -> list[dict[str, Any]]:
@@ -81,21 +100,27 @@ async def live_rtf(http: aiohttp.ClientSession, t: Target) -> float | None:
 def summarize(n: int, rows: list[dict[str, Any]]) -> dict[str, Any]:
     played = [r for r in rows if r["outcome"] in ("admitted", "queued")]
     ratios = [r["start_s"] / r["oracle_s"] for r in played if r["start_s"] is not None and r["oracle_s"] > 0]
-    return {"n": n, "admitted": sum(r["outcome"] == "admitted" for r in rows),
-            "queued": sum(r["outcome"] == "queued" for r in rows),
-            "refused": sum(r["outcome"] == "refused" for r in rows),
-            "errors": sum(r["outcome"].startswith("error") for r in rows),
-            "stalls": sum(r["stalls"] for r in played), "stall_s": round(sum(r["stall_s"] for r in played), 3),
-            "starts_s": [round(r["start_s"], 2) for r in played if r["start_s"] is not None],
-            "oracles_s": [round(r["oracle_s"], 2) for r in played],
-            "max_start_vs_oracle": round(max(ratios), 2) if ratios else None,
-            "within_bar": all(r["within_bar"] for r in played),
-            "gapless": bool(played) and all(r["stalls"] == 0 for r in played) and not any(
-                r["outcome"] == "refused" for r in rows)}
+    return {
+        "n": n,
+        "admitted": sum(r["outcome"] == "admitted" for r in rows),
+        "queued": sum(r["outcome"] == "queued" for r in rows),
+        "refused": sum(r["outcome"] == "refused" for r in rows),
+        "errors": sum(r["outcome"].startswith("error") for r in rows),
+        "stalls": sum(r["stalls"] for r in played),
+        "stall_s": round(sum(r["stall_s"] for r in played), 3),
+        "starts_s": [round(r["start_s"], 2) for r in played if r["start_s"] is not None],
+        "oracles_s": [round(r["oracle_s"], 2) for r in played],
+        "max_start_vs_oracle": round(max(ratios), 2) if ratios else None,
+        "within_bar": all(r["within_bar"] for r in played),
+        "gapless": bool(played)
+        and all(r["stalls"] == 0 for r in played)
+        and not any(r["outcome"] == "refused" for r in rows),
+    }
 
 
-async def run_engine(http: aiohttp.ClientSession, clients: list[RemoteClient], name: str, settings: Any,
-                     args: argparse.Namespace) -> dict[str, Any]:
+async def run_engine(
+    http: aiohttp.ClientSession, clients: list[RemoteClient], name: str, settings: Any, args: argparse.Namespace
+) -> dict[str, Any]:
     async with gateway(settings, name) as t:
         if settings.engine == "embedded":
             from .ttfb import vocoder_ready
@@ -110,8 +135,13 @@ async def run_engine(http: aiohttp.ClientSession, clients: list[RemoteClient], n
             await asyncio.sleep(0.5)  # the engine idle again between rounds
         rtf = await live_rtf(http, t)
     capacity = max((r["n"] for r in per_n if r["gapless"]), default=0)
-    return {"engine": name, "rtf": rtf, "one_over_rtf": round(1 / rtf, 2) if rtf else None,
-            "capacity": capacity, "per_n": per_n}
+    return {
+        "engine": name,
+        "rtf": rtf,
+        "one_over_rtf": round(1 / rtf, 2) if rtf else None,
+        "capacity": capacity,
+        "per_n": per_n,
+    }
 
 
 def targets(args: argparse.Namespace) -> list[tuple[str, Any]]:
@@ -119,25 +149,53 @@ def targets(args: argparse.Namespace) -> list[tuple[str, Any]]:
 
 
 def render(out: dict[str, Any]) -> str:
-    headers = ["engine", "N", "admitted", "queued", "refused", "stalls", "stall s", "starts s", "oracle s",
-               "max start/oracle", "<= 1.3x+0.3s", "gapless"]
+    headers = [
+        "engine",
+        "N",
+        "admitted",
+        "queued",
+        "refused",
+        "stalls",
+        "stall s",
+        "starts s",
+        "oracle s",
+        "max start/oracle",
+        "<= 1.3x+0.3s",
+        "gapless",
+    ]
     cells = []
     for e in out["engines"]:
         for r in e["per_n"]:
-            cells.append([e["engine"], r["n"], r["admitted"], r["queued"], r["refused"] + r["errors"], r["stalls"],
-                          f"{r['stall_s']:.2f}", " / ".join(f"{s:.1f}" for s in r["starts_s"]),
-                          " / ".join(f"{s:.1f}" for s in r["oracles_s"]),
-                          r["max_start_vs_oracle"] if r["max_start_vs_oracle"] is not None else "",
-                          "yes" if r["within_bar"] else "no", "yes" if r["gapless"] else "no"])
-    summary = "; ".join(f"{e['engine']}: capacity {e['capacity']} (1/RTF {e['one_over_rtf']}, live RTF {e['rtf']})"
-                        for e in out["engines"])
-    return (table(headers, cells) + f"\ncapacity = the largest N with every admitted listener gapless and none "
-            f"refused; 1/RTF = the most real-time listeners the engine's compute could feed\n{summary}")
+            cells.append(
+                [
+                    e["engine"],
+                    r["n"],
+                    r["admitted"],
+                    r["queued"],
+                    r["refused"] + r["errors"],
+                    r["stalls"],
+                    f"{r['stall_s']:.2f}",
+                    " / ".join(f"{s:.1f}" for s in r["starts_s"]),
+                    " / ".join(f"{s:.1f}" for s in r["oracles_s"]),
+                    r["max_start_vs_oracle"] if r["max_start_vs_oracle"] is not None else "",
+                    "yes" if r["within_bar"] else "no",
+                    "yes" if r["gapless"] else "no",
+                ]
+            )
+    summary = "; ".join(
+        f"{e['engine']}: capacity {e['capacity']} (1/RTF {e['one_over_rtf']}, live RTF {e['rtf']})"
+        for e in out["engines"]
+    )
+    return (
+        table(headers, cells) + f"\ncapacity = the largest N with every admitted listener gapless and none "
+        f"refused; 1/RTF = the most real-time listeners the engine's compute could feed\n{summary}"
+    )
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="run_gateway.py bench listeners", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="run_gateway.py bench listeners", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_engine_args(p, engines="fake", rtfs="0.25,0.5")
     p.add_argument("--max-n", type=int, default=5, help="listeners at most (default: %(default)s)")
     p.add_argument("--channel", choices=("sse", "ws"), default="sse")

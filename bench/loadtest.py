@@ -21,6 +21,7 @@ Writes ``result.json``, ``policy.json`` (the target-tracking configuration ``dep
 takes), ``policy-invocations.json`` and ``curves.png`` to ``--out``. Targets must be loopback
 unless ``--allow-remote``. ``loadtest --capacity ...`` runs ``bench.capacity``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,9 +32,10 @@ import json
 import logging
 import os
 import sys
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, AsyncIterator, Sequence
+from typing import Any
 
 import numpy as np
 from yarl import URL
@@ -64,7 +66,10 @@ def channel_url(base: str, channel: str, *, container: bool = False) -> str:
         raise ValueError(f"--url must be ws://, wss://, http:// or https://HOST:PORT[/path], got {base!r}")
     secure = url.scheme in ("wss", "https")
     if channel == "ws":
-        scheme, path = ("wss" if secure else "ws"), ("/invocations-bidirectional-stream" if container else "/v1/stream/ws")
+        scheme, path = (
+            ("wss" if secure else "ws"),
+            ("/invocations-bidirectional-stream" if container else "/v1/stream/ws"),
+        )
     else:
         scheme, path = ("https" if secure else "http"), "/v1/stream/sse"
     return str(url.with_scheme(scheme).with_path(url.path if url.path not in ("", "/") else path))
@@ -134,8 +139,9 @@ def plot(levels: Sequence[LevelResult], slo: ServiceLevel, targets: Targets, pat
     plt.close(fig)
 
 
-def write_outputs(out: Path, report: dict[str, Any], levels: list[LevelResult], slo: ServiceLevel,
-                  targets: Targets, title: str) -> None:
+def write_outputs(
+    out: Path, report: dict[str, Any], levels: list[LevelResult], slo: ServiceLevel, targets: Targets, title: str
+) -> None:
     from gateway.ops.deploy import INVOCATIONS_METRIC, target_tracking
 
     out.mkdir(parents=True, exist_ok=True)
@@ -149,8 +155,9 @@ def write_outputs(out: Path, report: dict[str, Any], levels: list[LevelResult], 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="run_gateway.py loadtest", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="run_gateway.py loadtest", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     where = p.add_mutually_exclusive_group()
     where.add_argument("--url", help="a running gateway (ws:// or http://HOST:PORT) or, with --container, a container")
     where.add_argument("--engine", help="start a gateway (or container) with this engine here (default fake)")
@@ -186,13 +193,24 @@ def main(argv: list[str]) -> int:
         return capacity_main(argv[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    plan = Plan(levels=tuple(int(x) for x in args.levels.split(",")), duration_s=args.duration,
-                max_sessions=args.max_sessions, channel=args.channel, fmt=args.format, voice=args.voice,
-                tokens_per_s=args.tokens_per_s, timeout_s=args.timeout, buffer_ms=args.buffer_ms,
-                texts=tuple(args.text) if args.text else REPLIES)
+    plan = Plan(
+        levels=tuple(int(x) for x in args.levels.split(",")),
+        duration_s=args.duration,
+        max_sessions=args.max_sessions,
+        channel=args.channel,
+        fmt=args.format,
+        voice=args.voice,
+        tokens_per_s=args.tokens_per_s,
+        timeout_s=args.timeout,
+        buffer_ms=args.buffer_ms,
+        texts=tuple(args.text) if args.text else REPLIES,
+    )
     slo = ServiceLevel(args.ttfa_p90_ms, args.max_stall_rate, args.max_error_rate)
-    target = args.url or (f"SageMaker endpoint {args.endpoint}" if args.endpoint else
-                          f"{'container' if args.container else 'gateway'} --engine {args.engine or 'fake'}")
+    target = args.url or (
+        f"SageMaker endpoint {args.endpoint}"
+        if args.endpoint
+        else f"{'container' if args.container else 'gateway'} --engine {args.engine or 'fake'}"
+    )
 
     async def run() -> list[LevelResult]:
         async with open_target(args) as url:
@@ -202,13 +220,21 @@ def main(argv: list[str]) -> int:
     before = cpu_times()
     levels = asyncio.run(run())
     targets = recommend(levels, slo, args.safety)
-    report = {"target": target, "plan": asdict(plan), "service_level": asdict(slo),
-              "levels": [asdict(r) for r in levels], "recommendation": asdict(targets),
-              "machine": {"cpus": os.cpu_count(), "load_average": os.getloadavg(),
-                          "busy": round(busy_fraction(before, cpu_times()), 3)}}
+    report = {
+        "target": target,
+        "plan": asdict(plan),
+        "service_level": asdict(slo),
+        "levels": [asdict(r) for r in levels],
+        "recommendation": asdict(targets),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "load_average": os.getloadavg(),
+            "busy": round(busy_fraction(before, cpu_times()), 3),
+        },
+    }
     title = f"{target} ({plan.channel}, {plan.fmt}); service level: p90 TTFA < {slo.ttfa_p90_ms:.0f} ms, no stalls"
     write_outputs(Path(args.out), report, levels, slo, targets, title)
-    print(json.dumps({**asdict(targets), "out": args.out}, indent=2))  # noqa: T201 - the command's answer
+    print(json.dumps({**asdict(targets), "out": args.out}, indent=2))
     return 0 if targets.knee else 1
 
 

@@ -14,10 +14,11 @@ dilute the figures.
 * ``worst_join_ratio``: the step at a chunk join over the largest step near it (below 1 means
   the join is no rougher than the signal around it).
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -85,9 +86,12 @@ def distance(reference: np.ndarray, test: np.ndarray) -> Distance:
 def summary(rows: Sequence[Distance]) -> dict[str, float]:
     """Means over ``rows`` (one per sentence), and the loudness difference furthest from 0."""
     loud = [d.loudness_db for d in rows]
-    return {"lsd_db": float(np.mean([d.lsd_db for d in rows])),
-            "timbre_db": float(np.mean([d.timbre_db for d in rows])),
-            "loudness_db": float(np.mean(loud)), "loudness_worst_db": max(loud, key=abs)}
+    return {
+        "lsd_db": float(np.mean([d.lsd_db for d in rows])),
+        "timbre_db": float(np.mean([d.timbre_db for d in rows])),
+        "loudness_db": float(np.mean(loud)),
+        "loudness_worst_db": max(loud, key=abs),
+    }
 
 
 def align(reference: np.ndarray, test: np.ndarray, max_lag: int = 1200) -> np.ndarray:
@@ -99,7 +103,7 @@ def align(reference: np.ndarray, test: np.ndarray, max_lag: int = 1200) -> np.nd
         return test
     size = 1 << int(np.ceil(np.log2(2 * n)))
     xc = np.fft.irfft(np.fft.rfft(test[:n], size) * np.conj(np.fft.rfft(reference[:n], size)), size)
-    lags = np.concatenate([xc[:max_lag + 1], xc[-max_lag:]])  # lag 0..max, then -max..-1
+    lags = np.concatenate([xc[: max_lag + 1], xc[-max_lag:]])  # lag 0..max, then -max..-1
     lag = int(np.argmax(lags))
     lag = lag if lag <= max_lag else lag - len(lags)
     if lag > 0:  # test starts late: drop its first samples
@@ -116,7 +120,7 @@ def worst_join_ratio(audio: np.ndarray, joins: list[int], around: int = 240) -> 
             continue
         k = j - 1  # step[k] = audio[j] - audio[j - 1]
         lo, hi = max(0, k - around), min(len(step), k + around + 1)
-        near = np.concatenate([step[lo:k], step[k + 1:hi]])
+        near = np.concatenate([step[lo:k], step[k + 1 : hi]])
         if near.size:
             worst = max(worst, float(step[k] / max(near.max(), 1e-9)))
     return worst

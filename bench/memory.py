@@ -9,6 +9,7 @@
   subprocess: RSS once ready and the streaming vocoder is built, then after one reply streamed
   over the WebSocket. The goal is at most ``GOAL_MB``.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -28,11 +29,15 @@ from gateway.engines.embedded import IDLE_RELEASE_S
 from .procs import ROOT, GatewayProcess
 
 GOAL_MB = 800
-REPLY = ("Sure, I can help with that. The train to Boston leaves from platform six at eight "
-         "fifteen, and the next one an hour later. Your package was delivered this afternoon "
-         "and left with the front desk of your building.")
-LONG = ("The weather will be sunny in the morning with light rain after lunch, and please turn "
-        "left at the second light and park behind the blue van near the station.")
+REPLY = (
+    "Sure, I can help with that. The train to Boston leaves from platform six at eight "
+    "fifteen, and the next one an hour later. Your package was delivered this afternoon "
+    "and left with the front desk of your building."
+)
+LONG = (
+    "The weather will be sunny in the morning with light rain after lunch, and please turn "
+    "left at the second light and park behind the blue van near the station."
+)
 
 
 def rss_mb(pid: int | str = "self") -> float:
@@ -143,14 +148,21 @@ def _run_long(whole: Any, g2p: Any, packs: Any) -> None:
     vocab = load_vocab()
     ids = [vocab[c] for c in known_symbols(g2p(LONG, "a"), vocab)]
     style = packs.packs[packs.default][len(ids) - 1].reshape(1, 256)
-    whole.run(None, {"tokens": np.array([[0, *ids, 0]], np.int64), "style": style,
-                     "speed": np.array([1.0], np.float32)})
+    whole.run(
+        None, {"tokens": np.array([[0, *ids, 0]], np.int64), "style": style, "speed": np.array([1.0], np.float32)}
+    )
 
 
 def parts() -> list[dict[str, Any]]:
     """The per-part rows, from a child process (its RSS is its own)."""
-    out = subprocess.run([sys.executable, "-c", "from bench.memory import _child; _child()"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=600, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", "from bench.memory import _child; _child()"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
 
 
@@ -182,18 +194,25 @@ async def total(settings: dict[str, str] | None = None) -> dict[str, Any]:
         await asyncio.sleep(0.5)
         reply = rss_mb(gw.pid)
         await asyncio.sleep(IDLE_RELEASE_S + 1.5)
-        return {"ready_mb": round(at_ready, 1), "vocoder": state, "built_mb": round(built, 1),
-                "reply_mb": round(reply, 1), "idle_mb": round(rss_mb(gw.pid), 1),
-                "audio_bytes": len(result.audio)}
+        return {
+            "ready_mb": round(at_ready, 1),
+            "vocoder": state,
+            "built_mb": round(built, 1),
+            "reply_mb": round(reply, 1),
+            "idle_mb": round(rss_mb(gw.pid), 1),
+            "audio_bytes": len(result.audio),
+        }
 
 
 def report(rows: list[dict[str, Any]], tot: dict[str, Any]) -> str:
     lines = [f"{'part':<64} {'RSS MB':>8}"]
     lines += [f"{r['part']:<64} {r['mb']:>8.1f}" for r in rows]
     verdict = "within" if tot["idle_mb"] <= GOAL_MB else "OVER"
-    lines.append(f"gateway (one worker): ready {tot['ready_mb']:.0f} MB, vocoder {tot['vocoder']} "
-                 f"{tot['built_mb']:.0f} MB, just after one streamed reply {tot['reply_mb']:.0f} MB, "
-                 f"{IDLE_RELEASE_S + 2:g} s later {tot['idle_mb']:.0f} MB ({verdict} the {GOAL_MB} MB goal)")
+    lines.append(
+        f"gateway (one worker): ready {tot['ready_mb']:.0f} MB, vocoder {tot['vocoder']} "
+        f"{tot['built_mb']:.0f} MB, just after one streamed reply {tot['reply_mb']:.0f} MB, "
+        f"{IDLE_RELEASE_S + 2:g} s later {tot['idle_mb']:.0f} MB ({verdict} the {GOAL_MB} MB goal)"
+    )
     return "\n".join(lines)
 
 

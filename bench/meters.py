@@ -1,5 +1,6 @@
 """What a load run measures besides its clients' figures: payload durations, the machine's and a
 process's CPU (from /proc, no psutil), py-spy profiles, and the MP3 encoders alone."""
+
 from __future__ import annotations
 
 import asyncio
@@ -55,9 +56,23 @@ async def py_spy_top(pid: int, seconds: float, top: int = 12, *, subprocesses: b
     fd, raw = tempfile.mkstemp(suffix=".txt")
     os.close(fd)
     proc = await asyncio.create_subprocess_exec(
-        exe, "record", "--pid", str(pid), "--duration", str(max(1, int(seconds))), "--rate", "50",
-        "--format", "raw", "--nonblocking", "-o", raw, *(["--subprocesses"] if subprocesses else []),
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+        exe,
+        "record",
+        "--pid",
+        str(pid),
+        "--duration",
+        str(max(1, int(seconds))),
+        "--rate",
+        "50",
+        "--format",
+        "raw",
+        "--nonblocking",
+        "-o",
+        raw,
+        *(["--subprocesses"] if subprocesses else []),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
     await proc.wait()
     counts: collections.Counter[str] = collections.Counter()
     for line in Path(raw).read_text().splitlines():
@@ -79,7 +94,7 @@ def encoder_speeds(seconds: float = 20.0) -> dict[str, float]:
     rng = np.random.default_rng(7)  # tones + noise: LAME's cost barely depends on content
     t = np.arange(int(24000 * seconds)) / 24000
     pcm = (8000 * np.sin(2 * np.pi * 220 * t) * np.sin(2 * np.pi * 3 * t) + rng.normal(0, 800, t.size)).astype(np.int16)
-    chunks = [pcm[i:i + 4800] for i in range(0, pcm.size, 4800)]
+    chunks = [pcm[i : i + 4800] for i in range(0, pcm.size, 4800)]
     started = time.process_time()
     lame = Mp3Encoder(sample_rate=24000, bitrate=64)
     for chunk in chunks:

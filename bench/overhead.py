@@ -14,6 +14,7 @@ hands the encoder the first ``--split-ms`` of the first chunk on its own. That w
 of a core change the stream core has made since (commit a2accbb: the first 100 ms of a reply is
 encoded and sent first), so ``ws`` and ``ws_split`` should now agree; the row checks that.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,17 +22,30 @@ import asyncio
 import contextlib
 import statistics
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import aiohttp
 
-from gateway.kokoro.timestamps import WordTimes
+from gateway.core.segmenter import split_text
 from gateway.engines import create_engine
 from gateway.engines.base import Engine
-from gateway.core.segmenter import split_text
-from .common import (Probe, RESULTS_DIR, Target, bench_settings, gateway, measure, publish, quiet_logs, recorded,
-                     summarize, table)
+from gateway.kokoro.timestamps import WordTimes
+
+from .common import (
+    RESULTS_DIR,
+    Probe,
+    Target,
+    bench_settings,
+    gateway,
+    measure,
+    publish,
+    quiet_logs,
+    recorded,
+    summarize,
+    table,
+)
 from .remote import RemoteClient
 
 SENTENCES = (
@@ -62,14 +76,23 @@ class TimedEngine:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
-                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:
+    async def synthesize(
+        self,
+        text: str,
+        *,
+        voice: str,
+        speed: float,
+        vocoder: str | None = None,
+        buffered_s: float = 0.0,
+        timestamps: bool = False,
+    ) -> AsyncIterator[bytes | WordTimes]:
         if self.split_bytes:
             await asyncio.sleep(0)  # let the channel send what the last segment emitted
         call = {"t_call": time.perf_counter(), "t_first": None, "first_samples": 0}
         self.calls.append(call)
-        inner = self.inner.synthesize(text, voice=voice, speed=speed, vocoder=vocoder, buffered_s=buffered_s,
-                                      timestamps=timestamps)
+        inner = self.inner.synthesize(
+            text, voice=voice, speed=speed, vocoder=vocoder, buffered_s=buffered_s, timestamps=timestamps
+        )
         async with contextlib.aclosing(inner) as chunks:
             async for pcm in chunks:
                 if isinstance(pcm, WordTimes):
@@ -78,10 +101,10 @@ class TimedEngine:
                 if call["t_first"] is None:
                     call.update(t_first=time.perf_counter(), first_samples=len(pcm) // 2)
                     if self.split_bytes:
-                        head = pcm[:self.split_bytes] if len(pcm) > 2 * self.split_bytes else pcm
+                        head = pcm[: self.split_bytes] if len(pcm) > 2 * self.split_bytes else pcm
                         yield head
                         await asyncio.sleep(0)  # the first payload leaves before the rest is encoded
-                        pcm = pcm[len(head):]
+                        pcm = pcm[len(head) :]
                 if pcm:
                     yield pcm
 
@@ -94,6 +117,7 @@ def engine_probe(engine: Engine) -> Probe:
         if first is None:
             raise RuntimeError(f"the engine produced no audio for {text!r}")
         return {"ttfb_ms": (first - t0) * 1000, "total_ms": (time.perf_counter() - t0) * 1000}
+
     return probe
 
 
@@ -104,9 +128,15 @@ def channel_probe(t: Target, timed: TimedEngine, channel: str, client: RemoteCli
         if r.ttfb_ms is None or len(timed.calls) <= n:
             raise RuntimeError(f"{channel} gave no audio: {r.error}")
         call, arrival = timed.calls[n], r.payload_times[0]
-        return {"ttfb_ms": r.ttfb_ms, "total_ms": (r.payload_times[-1] - r.t0) * 1000,
-                "input_ms": (call["t_call"] - r.t0) * 1000, "engine_ms": (call["t_first"] - call["t_call"]) * 1000,
-                "output_ms": (arrival - call["t_first"]) * 1000, "first_samples": call["first_samples"]}
+        return {
+            "ttfb_ms": r.ttfb_ms,
+            "total_ms": (r.payload_times[-1] - r.t0) * 1000,
+            "input_ms": (call["t_call"] - r.t0) * 1000,
+            "engine_ms": (call["t_first"] - call["t_call"]) * 1000,
+            "output_ms": (arrival - call["t_first"]) * 1000,
+            "first_samples": call["first_samples"],
+        }
+
     return probe
 
 
@@ -132,7 +162,9 @@ def overheads(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "overhead_ms": round(statistics.median(r["ttfb_ms"] for r in mine) - engine_median, 2),
             "in_run_ms": round(statistics.median(in_run), 2),
             "in_run_p90_ms": round(in_run[min(len(in_run) - 1, int(0.9 * len(in_run)))], 2),
-            "input_ms": med("input_ms"), "engine_in_gateway_ms": med("engine_ms"), "output_ms": med("output_ms"),
+            "input_ms": med("input_ms"),
+            "engine_in_gateway_ms": med("engine_ms"),
+            "output_ms": med("output_ms"),
             "first_chunk_s": round(statistics.median(r["first_samples"] for r in mine) / 24000, 2),
         }
         out[ch]["target_met"] = out[ch]["in_run_ms"] < TARGET_MS
@@ -145,10 +177,16 @@ async def run_engine(http: aiohttp.ClientSession, name: str, args: argparse.Name
     texts = [s for s in SENTENCES if split_text(s, first_clause_words=settings.first_clause_words) == [s]]
     inner = create_engine(settings)
     timed, split = TimedEngine(inner), TimedEngine(inner, split_ms=args.split_ms)
-    async with gateway(settings, name, timed) as t, gateway(settings, name, split) as t_split, \
-            RemoteClient.start() as client:
-        probes = {"engine": engine_probe(inner), "ws": channel_probe(t, timed, "ws", client),
-                  "sse": channel_probe(t, timed, "sse", client)}
+    async with (
+        gateway(settings, name, timed) as t,
+        gateway(settings, name, split) as t_split,
+        RemoteClient.start() as client,
+    ):
+        probes = {
+            "engine": engine_probe(inner),
+            "ws": channel_probe(t, timed, "ws", client),
+            "sse": channel_probe(t, timed, "sse", client),
+        }
         if args.split_ms:
             probes["ws_split"] = channel_probe(t_split, split, "ws", client)
         runs = await measure(http, probes, texts, args.reps, "Warming up.", name)
@@ -162,23 +200,53 @@ def render(out: dict[str, Any]) -> str:
     for name, res in out["engines"].items():
         engine_med = res["channels"]["engine"]["ttfb"].median
         for ch, o in res["overhead"].items():
-            rows.append([name, ch, res["channels"][ch]["ttfb"].n, res["channels"][ch]["ttfb"].median, engine_med,
-                         f"{o['overhead_ms']:.2f}", f"{o['in_run_ms']:.2f}", f"{o['in_run_p90_ms']:.2f}",
-                         f"{o['input_ms']:.2f}", f"{o['engine_in_gateway_ms']:.2f}", f"{o['output_ms']:.2f}",
-                         o["first_chunk_s"], "yes" if o["target_met"] else "NO"])
-    headers = ["engine", "channel", "n", "first audio ms", "engine alone", "difference", "in-run", "in-run p90",
-               "input", "engine in gw", "output", "1st chunk s", f"< {TARGET_MS:g} ms"]
-    return "\n".join([
-        table(headers, rows),
-        "medians, ms. difference = first audio on the wire - engine alone; in-run = input + output of the same run "
-        "(request -> engine called, engine's first audio -> first byte at the client); ws_split = the engine's "
-        "first chunk's first 100 ms encoded and sent on its own, with a loop turn after it and before each "
-        "segment (the core does the same since a2accbb, so ws and ws_split should agree)"])
+            rows.append(
+                [
+                    name,
+                    ch,
+                    res["channels"][ch]["ttfb"].n,
+                    res["channels"][ch]["ttfb"].median,
+                    engine_med,
+                    f"{o['overhead_ms']:.2f}",
+                    f"{o['in_run_ms']:.2f}",
+                    f"{o['in_run_p90_ms']:.2f}",
+                    f"{o['input_ms']:.2f}",
+                    f"{o['engine_in_gateway_ms']:.2f}",
+                    f"{o['output_ms']:.2f}",
+                    o["first_chunk_s"],
+                    "yes" if o["target_met"] else "NO",
+                ]
+            )
+    headers = [
+        "engine",
+        "channel",
+        "n",
+        "first audio ms",
+        "engine alone",
+        "difference",
+        "in-run",
+        "in-run p90",
+        "input",
+        "engine in gw",
+        "output",
+        "1st chunk s",
+        f"< {TARGET_MS:g} ms",
+    ]
+    return "\n".join(
+        [
+            table(headers, rows),
+            "medians, ms. difference = first audio on the wire - engine alone; in-run = input + output of the same run "
+            "(request -> engine called, engine's first audio -> first byte at the client); ws_split = the engine's "
+            "first chunk's first 100 ms encoded and sent on its own, with a loop turn after it and before each "
+            "segment (the core does the same since a2accbb, so ws and ws_split should agree)",
+        ]
+    )
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="run_gateway.py bench overhead", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="run_gateway.py bench overhead", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--engines", default="fake,embedded", help="comma-separated (default: %(default)s)")
     p.add_argument("--reps", type=int, default=5, help="repetitions of the sentences (default: %(default)s)")
     p.add_argument("--split-ms", type=float, default=100.0, help="prototype split of the first chunk; 0 = off")
@@ -193,8 +261,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
-    out: dict[str, Any] = {"bench": "overhead", "target_ms": TARGET_MS, "reps": args.reps, "sentences": SENTENCES,
-                           "split_ms": args.split_ms, "engines": {}}
+    out: dict[str, Any] = {
+        "bench": "overhead",
+        "target_ms": TARGET_MS,
+        "reps": args.reps,
+        "sentences": SENTENCES,
+        "split_ms": args.split_ms,
+        "engines": {},
+    }
     with recorded(out):
         async with aiohttp.ClientSession() as http:
             for name in args.engines:
@@ -206,6 +280,12 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     quiet_logs()
     out = asyncio.run(bench(args))
-    publish(args.out, "overhead", out, render(out), groups_of="engines",
-            plot_title=None if args.no_plots else "engine alone vs first audio byte on each channel")
+    publish(
+        args.out,
+        "overhead",
+        out,
+        render(out),
+        groups_of="engines",
+        plot_title=None if args.no_plots else "engine alone vs first audio byte on each channel",
+    )
     return 0

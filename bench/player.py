@@ -6,10 +6,12 @@ there; then it plays in real time. When it runs dry it waits until it holds the 
 force again. What it reports: first audio, playback start, stalls after the start (count and
 time; the wait before the start is not a stall), audio length and end of playback.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from gateway.core.schedule import oracle_start
 
@@ -45,7 +47,7 @@ GRACE_S = 0.03  # as the demo page's players: a newer preroll that follows at on
 def _still_met(arrivals: Sequence[Arrival], i: int, held: float, preroll: float, grace_s: float) -> bool:
     """Is the hold met at arrival ``i`` still met once what follows within ``grace_s`` is in
     (the gateway sends the next sentence's preroll right after a segment's last audio)?"""
-    for b in arrivals[i + 1:]:
+    for b in arrivals[i + 1 :]:
         if b.t_s > arrivals[i].t_s + grace_s:
             break
         held += b.audio_s
@@ -81,8 +83,11 @@ def simulate(arrivals: Sequence[Arrival], tolerance_s: float = 0.0, grace_s: flo
         if a.preroll_s is not None:
             preroll = a.preroll_s
         done = done or a.done
-        if not playing and held > 0 and (done or (held >= preroll - EPS
-                                                  and _still_met(arrivals, i, held, preroll, grace_s))):
+        if (
+            not playing
+            and held > 0
+            and (done or (held >= preroll - EPS and _still_met(arrivals, i, held, preroll, grace_s)))
+        ):
             playing = True
             if start is None:
                 start = a.t_s
@@ -121,10 +126,17 @@ def session_run(result: Any) -> dict[str, Any]:
     p = simulate(arrivals)
     oracle = oracle_start([(a.t_s, a.audio_s) for a in arrivals if a.audio_s > 0])
     prerolls = [f.get("preroll_ms") for _, k, f in result.events if k in ("ready", "sentence")]
-    return {"first_audio_ms": _ms(p.first_audio_s), "start_ms": _ms(p.start_s), "oracle_ms": _ms(oracle),
-            "end_ms": _ms(p.end_s),
-            "stalls": p.stalls, "stall_ms": _ms(p.stall_s), "audio_s": round(p.audio_s, 3),
-            "preroll_ms": [v for v in prerolls if v is not None], "gaps_ms": [[_ms(a), _ms(b)] for a, b in p.gaps]}
+    return {
+        "first_audio_ms": _ms(p.first_audio_s),
+        "start_ms": _ms(p.start_s),
+        "oracle_ms": _ms(oracle),
+        "end_ms": _ms(p.end_s),
+        "stalls": p.stalls,
+        "stall_ms": _ms(p.stall_s),
+        "audio_s": round(p.audio_s, 3),
+        "preroll_ms": [v for v in prerolls if v is not None],
+        "gaps_ms": [[_ms(a), _ms(b)] for a, b in p.gaps],
+    }
 
 
 def _ms(seconds: float | None) -> float | None:

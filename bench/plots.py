@@ -1,4 +1,5 @@
 """Plots of the latency benchmarks (PNG files, no display): timelines and grouped bars."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,8 +16,9 @@ def plot_timeline(path: Path, title: str, lanes: dict[str, dict[str, Any]]) -> N
         ax.vlines(tl["tokens_ms"], y["tokens in"] - 0.3, y["tokens in"] + 0.3, color="0.5", lw=0.8)
         ax.plot(tl["cuts_ms"], [y["segment cut"]] * len(tl["cuts_ms"]), "v", color="tab:purple")
         for n, (a, b) in enumerate(tl["synthesis_ms"]):
-            ax.broken_barh([(a, max(b - a, 1.0))], (y["synthesis"] - 0.35, 0.7),
-                           color="tab:orange" if n % 2 else "tab:brown")
+            ax.broken_barh(
+                [(a, max(b - a, 1.0))], (y["synthesis"] - 0.35, 0.7), color="tab:orange" if n % 2 else "tab:brown"
+            )
         ax.vlines(tl["sent_ms"], y["audio sent"] - 0.3, y["audio sent"] + 0.3, color="tab:blue", lw=0.8)
         ax.vlines(tl["received_ms"], y["audio received"] - 0.3, y["audio received"] + 0.3, color="tab:green", lw=0.8)
         ax.broken_barh([(a, b - a) for a, b in tl["playing_ms"]], (y["playing"] - 0.35, 0.7), color="tab:green")
@@ -32,8 +34,9 @@ def plot_timeline(path: Path, title: str, lanes: dict[str, dict[str, Any]]) -> N
     _save(fig, path)
 
 
-def plot_bars(path: Path, title: str, groups: dict[str, dict[str, Any]],
-              ylabel: str = "time to first audio (ms)") -> None:
+def plot_bars(
+    path: Path, title: str, groups: dict[str, dict[str, Any]], ylabel: str = "time to first audio (ms)"
+) -> None:
     """Grouped bars: the mean per channel and group, with a median dot and a p90 whisker
     (``groups``: group -> channel -> a ``bench.common.Stats``)."""
     plt = pyplot()
@@ -43,8 +46,14 @@ def plot_bars(path: Path, title: str, groups: dict[str, dict[str, Any]],
     for j, channel in enumerate(channels):
         xs = [i + (j - (len(channels) - 1) / 2) * width for i, g in enumerate(groups.values()) if channel in g]
         st = [g[channel] for g in groups.values() if channel in g]
-        ax.bar(xs, [s.mean for s in st], width * 0.9, label=channel,
-               yerr=[[0] * len(st), [max(0.0, s.p90 - s.mean) for s in st]], capsize=3)
+        ax.bar(
+            xs,
+            [s.mean for s in st],
+            width * 0.9,
+            label=channel,
+            yerr=[[0] * len(st), [max(0.0, s.p90 - s.mean) for s in st]],
+            capsize=3,
+        )
         ax.plot(xs, [s.median for s in st], "k.", ms=5)
         for x, s in zip(xs, st):
             ax.annotate(f"{s.mean:.0f}", (x, s.mean), ha="center", va="bottom", fontsize=7)

@@ -7,6 +7,7 @@ up, and the child then blocks on its next log line (the access log under load) a
 serving. ``GatewayProcess`` (asynchronous, for benchmarks) logs to a temporary file, waits for
 the readiness route and reads the child's CPU from /proc.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -31,14 +32,25 @@ UVLOOP_MAIN = "import sys, uvloop; uvloop.install(); from gateway.ops.cli import
 class ServerProcess:
     """``python run_gateway.py <command> ... --port P``, drained; ``url`` once it listens."""
 
-    def __init__(self, command: str, *args: str, settings: list[str] | None = None,
-                 python: str = sys.executable, timeout: float = 120.0) -> None:
+    def __init__(
+        self,
+        command: str,
+        *args: str,
+        settings: list[str] | None = None,
+        python: str = sys.executable,
+        timeout: float = 120.0,
+    ) -> None:
         self.port = free_port()
         argv = [python, "run_gateway.py", command, *args, "--port", str(self.port)]
         for item in settings or []:
             argv += ["--set", item]
-        self.proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.proc = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
         self.tail: deque[str] = deque(maxlen=200)  # the child's last lines, for error messages
         self._ready = threading.Event()
         threading.Thread(target=self._drain, daemon=True).start()
@@ -68,7 +80,7 @@ class ServerProcess:
             self.proc.stdout.close()
         return self.proc.returncode
 
-    def __enter__(self) -> "ServerProcess":
+    def __enter__(self) -> ServerProcess:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -89,8 +101,15 @@ class GatewayProcess:
     fails to become ready.
     """
 
-    def __init__(self, engine: str, settings: dict[str, str] | None = None, *, command: str = "serve",
-                 uvloop: bool = False, ready_timeout_s: float = 120.0) -> None:
+    def __init__(
+        self,
+        engine: str,
+        settings: dict[str, str] | None = None,
+        *,
+        command: str = "serve",
+        uvloop: bool = False,
+        ready_timeout_s: float = 120.0,
+    ) -> None:
         self.engine, self.settings, self.command = engine, dict(settings or {}), command
         self.uvloop = uvloop
         self.ready_timeout_s = ready_timeout_s
@@ -135,9 +154,19 @@ class GatewayProcess:
             ticks += int(fields[11]) + int(fields[12])
         return ticks / os.sysconf("SC_CLK_TCK")
 
-    async def __aenter__(self) -> "GatewayProcess":
+    async def __aenter__(self) -> GatewayProcess:
         entry = ["-c", UVLOOP_MAIN] if self.uvloop else [str(ROOT / "run_gateway.py")]
-        args = [sys.executable, *entry, self.command, "--engine", self.engine, "--host", LOOPBACK, "--port", str(self.port)]
+        args = [
+            sys.executable,
+            *entry,
+            self.command,
+            "--engine",
+            self.engine,
+            "--host",
+            LOOPBACK,
+            "--port",
+            str(self.port),
+        ]
         for name, value in self.settings.items():
             args += ["--set", f"{name}={value}"]
         with self.log_path.open("wb") as out:
@@ -160,6 +189,9 @@ class GatewayProcess:
                     async with http.get(self.url + path) as resp:
                         if resp.status == 200:
                             return
+                        error = (await resp.json(content_type=None)).get("error") if path == "/readyz" else None
+                        if error:  # the engine failed to load: it never will (a GPU call must not wait it out)
+                            raise RuntimeError(f"{self.command}: the engine failed to load: {error}\n{self.log_tail()}")
                 except aiohttp.ClientConnectionError:
                     pass
                 await asyncio.sleep(0.1)

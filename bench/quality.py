@@ -13,6 +13,7 @@ distance from the exact audio of the same sentence (log-spectral distance, timbr
 ``bench.measure``) next to the model's own chaos floor: the exact vocoder on input
 features nudged by 0.1%. Prints tables; writes JSON to ``bench-results/quality.json``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,11 +29,11 @@ import numpy as np
 from gateway.config import Settings
 from gateway.engines.embedded import EmbeddedEngine
 from gateway.kokoro.g2p import ROUTES
+
 from . import wer
 from .corpus import SENTENCES
 
 log = logging.getLogger(__name__)
-
 
 
 MODES = ("exact", "frozen-first", "frozen")
@@ -64,12 +65,15 @@ def distances(exact: list[np.ndarray], clips: list[np.ndarray]) -> dict[str, flo
     return {k: round(v, 2) for k, v in summary(rows).items()}
 
 
-async def measure_route(route: str, voices: list[str], whispers: dict[str, str | None],
-                        sentences: tuple[str, ...], modes: tuple[str, ...] = ("exact",),
-                        ) -> list[dict[str, Any]]:
+async def measure_route(
+    route: str,
+    voices: list[str],
+    whispers: dict[str, str | None],
+    sentences: tuple[str, ...],
+    modes: tuple[str, ...] = ("exact",),
+) -> list[dict[str, Any]]:
     streaming = modes != ("exact",)
-    engine = EmbeddedEngine(Settings(embedded_g2p=route,
-                                     embedded_vocoder="frozen-first" if streaming else "off"))
+    engine = EmbeddedEngine(Settings(embedded_g2p=route, embedded_vocoder="frozen-first" if streaming else "off"))
     await engine.start()
     cells = []
     try:
@@ -92,10 +96,19 @@ async def measure_route(route: str, voices: list[str], whispers: dict[str, str |
                         result = wer.score(text, heard)
                         total += result
                         rows.append({"text": text, "heard": heard, "errors": result.errors})
-                    cells.append({"route": route, "mode": mode, "voice": voice, "whisper": name,
-                                  "wer": round(total.wer, 4), "errors": total.errors,
-                                  "words": total.words, "sentences": rows,
-                                  **({"vs_exact": extra[mode], "floor": extra["floor"]} if mode in extra else {})})
+                    cells.append(
+                        {
+                            "route": route,
+                            "mode": mode,
+                            "voice": voice,
+                            "whisper": name,
+                            "wer": round(total.wer, 4),
+                            "errors": total.errors,
+                            "words": total.words,
+                            "sentences": rows,
+                            **({"vs_exact": extra[mode], "floor": extra["floor"]} if mode in extra else {}),
+                        }
+                    )
                     log.info("%s %s %s %s: WER %.1f%%", route, mode, voice, name, 100 * total.wer)
     finally:
         await engine.aclose()
@@ -104,8 +117,7 @@ async def measure_route(route: str, voices: list[str], whispers: dict[str, str |
 
 def print_table(cells: list[dict[str, Any]], voices: list[str], whispers: list[str]) -> None:
     """WER per voice, one column per (route, mode, Whisper); then the distance table."""
-    cols = list(dict.fromkeys((c["route"], c["mode"], w) for c in cells for w in whispers
-                              if c["whisper"] == w))
+    cols = list(dict.fromkeys((c["route"], c["mode"], w) for c in cells for w in whispers if c["whisper"] == w))
     head = "voice".ljust(15) + "".join(f"{r}/{m}/{w}".rjust(30) for r, m, w in cols)
     lines = ["WER", head, "-" * len(head)]
     by_key = {(c["route"], c["mode"], c["voice"], c["whisper"]): c for c in cells}
@@ -118,16 +130,21 @@ def print_table(cells: list[dict[str, Any]], voices: list[str], whispers: list[s
         lines.append(row)
     far = [c for c in cells if "vs_exact" in c and c["whisper"] == whispers[0]]
     if far:
-        lines += ["", "distance from the exact (normal) mode's audio, mean over sentences: "
-                  "LSD / timbre / loudness (worst), dB",
-                  "voice".ljust(15) + "mode".ljust(14) + "streamed".rjust(34) + "floor (model's own chaos)".rjust(30)]
+        lines += [
+            "",
+            "distance from the exact (normal) mode's audio, mean over sentences: LSD / timbre / loudness (worst), dB",
+            "voice".ljust(15) + "mode".ljust(14) + "streamed".rjust(34) + "floor (model's own chaos)".rjust(30),
+        ]
         for c in far:
             d, f = c["vs_exact"], c["floor"]
-            lines.append(c["voice"].ljust(15) + c["mode"].ljust(14)
-                         + f"{d['lsd_db']:5.2f} / {d['timbre_db']:4.2f} / {d['loudness_db']:+5.2f} "
-                           f"({d['loudness_worst_db']:+5.2f})".rjust(34)
-                         + f"{f['lsd_db']:5.2f} / {f['timbre_db']:4.2f}".rjust(30))
-    print("\n".join(lines))  # noqa: T201 - a benchmark's output is its report
+            lines.append(
+                c["voice"].ljust(15)
+                + c["mode"].ljust(14)
+                + f"{d['lsd_db']:5.2f} / {d['timbre_db']:4.2f} / {d['loudness_db']:+5.2f} "
+                f"({d['loudness_worst_db']:+5.2f})".rjust(34)
+                + f"{f['lsd_db']:5.2f} / {f['timbre_db']:4.2f}".rjust(30)
+            )
+    print("\n".join(lines))
 
 
 def main(argv: list[str]) -> int:
@@ -135,13 +152,20 @@ def main(argv: list[str]) -> int:
     # the default voice and the next-best graded English ones, American and British
     parser.add_argument("--voices", default="af_heart,af_bella,am_michael,bf_emma")
     parser.add_argument("--routes", default=",".join(ROUTES))
-    parser.add_argument("--whisper", action="append", default=[], metavar="NAME=PATH",
-                        help="extra local Whisper (CTranslate2) folder, e.g. base=/models/base.en")
+    parser.add_argument(
+        "--whisper",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="extra local Whisper (CTranslate2) folder, e.g. base=/models/base.en",
+    )
     parser.add_argument("--sentences", type=int, default=len(SENTENCES))
-    parser.add_argument("--modes", default=",".join(MODES),
-                        help="vocoder modes, on the first route only (default: %(default)s)")
-    parser.add_argument("--paths", default="",
-                        help="instead: int8,fp32,fp16,torch (bench/quality_paths.py): WER and distance to int8")
+    parser.add_argument(
+        "--modes", default=",".join(MODES), help="vocoder modes, on the first route only (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--paths", default="", help="instead: int8,fp32,fp16,torch (bench/quality_paths.py): WER and distance to int8"
+    )
     parser.add_argument("--kokoro-dir", default="", help="--paths torch: converted weights (made if missing)")
     parser.add_argument("--device", default="", help="--paths torch: cpu or cuda (default: cuda if available)")
     parser.add_argument("--out", default="bench-results/quality.json")
@@ -168,16 +192,24 @@ def main(argv: list[str]) -> int:
     print_table(cells, voices, list(whispers))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    report = {"whisper": list(whispers), "routes": routes, "modes": list(modes), "voices": voices,
-              "sentences": list(sentences), "words": len(wer.normalize(" ".join(sentences))),
-              "seconds": round(time.perf_counter() - t0, 1), "cells": cells}
+    report = {
+        "whisper": list(whispers),
+        "routes": routes,
+        "modes": list(modes),
+        "voices": voices,
+        "sentences": list(sentences),
+        "words": len(wer.normalize(" ".join(sentences))),
+        "seconds": round(time.perf_counter() - t0, 1),
+        "cells": cells,
+    }
     out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    print(f"wrote {out} in {report['seconds']} s")  # noqa: T201
+    print(f"wrote {out} in {report['seconds']} s")
     return 0
 
 
-def run_paths(args: argparse.Namespace, voices: list[str], whispers: dict[str, str | None],
-              sentences: tuple[str, ...], t0: float) -> int:
+def run_paths(
+    args: argparse.Namespace, voices: list[str], whispers: dict[str, str | None], sentences: tuple[str, ...], t0: float
+) -> int:
     from gateway.kokoro.floatgraph import cache_dir
 
     from .quality_paths import PATHS, measure_paths, print_paths
@@ -190,8 +222,14 @@ def run_paths(args: argparse.Namespace, voices: list[str], whispers: dict[str, s
     print_paths(cells)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    report = {"whisper": list(whispers), "paths": paths, "voices": voices, "sentences": list(sentences),
-              "seconds": round(time.perf_counter() - t0, 1), "cells": cells}
+    report = {
+        "whisper": list(whispers),
+        "paths": paths,
+        "voices": voices,
+        "sentences": list(sentences),
+        "seconds": round(time.perf_counter() - t0, 1),
+        "cells": cells,
+    }
     out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    print(f"wrote {out} in {report['seconds']} s")  # noqa: T201
+    print(f"wrote {out} in {report['seconds']} s")
     return 0

@@ -12,6 +12,7 @@ undone, and its loudness as it comes out is reported apart. The float paths' dur
 a few frames against int8's (the duration predictor no longer sees quantized activations),
 so their frame LSD includes misalignment; timbre does not.
 """
+
 from __future__ import annotations
 
 import logging
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from gateway.config import Settings, load_settings
+
 from . import wer
 
 log = logging.getLogger(__name__)
@@ -33,8 +35,11 @@ def make_engine(path: str, kokoro_dir: Path, device: str) -> Any:
     if path == "torch":
         from gateway.engines.kokoro import KokoroEngine
 
-        return KokoroEngine(load_settings(env={}, overrides={"engine": "kokoro", "kokoro_dir": str(kokoro_dir),
-                                                             "kokoro_device": device}))
+        return KokoroEngine(
+            load_settings(
+                env={}, overrides={"engine": "kokoro", "kokoro_dir": str(kokoro_dir), "kokoro_device": device}
+            )
+        )
     from gateway.engines.embedded import EmbeddedEngine
 
     return EmbeddedEngine(Settings(embedded_precision=path, embedded_vocoder="off"))
@@ -48,8 +53,9 @@ def ensure_weights(kokoro_dir: Path) -> None:
         convert(kokoro_dir)
 
 
-async def clips_of(path: str, voices: list[str], sentences: tuple[str, ...], kokoro_dir: Path,
-                   device: str) -> dict[str, list[np.ndarray]]:
+async def clips_of(
+    path: str, voices: list[str], sentences: tuple[str, ...], kokoro_dir: Path, device: str
+) -> dict[str, list[np.ndarray]]:
     from .quality import synthesize
 
     engine = make_engine(path, kokoro_dir, device)
@@ -60,8 +66,14 @@ async def clips_of(path: str, voices: list[str], sentences: tuple[str, ...], kok
         await engine.aclose()
 
 
-async def measure_paths(paths: list[str], voices: list[str], whispers: dict[str, str | None],
-                        sentences: tuple[str, ...], kokoro_dir: Path, device: str = "") -> list[dict[str, Any]]:
+async def measure_paths(
+    paths: list[str],
+    voices: list[str],
+    whispers: dict[str, str | None],
+    sentences: tuple[str, ...],
+    kokoro_dir: Path,
+    device: str = "",
+) -> list[dict[str, Any]]:
     from .measure import align, distance, summary
 
     if "torch" in paths:
@@ -73,7 +85,9 @@ async def measure_paths(paths: list[str], voices: list[str], whispers: dict[str,
         for voice in voices:
             ref = clips["int8"][voice]
             rows = [distance(r, align(r, c * gain)) for r, c in zip(ref, clips[path][voice])]
-            raw_loudness = float(np.mean([distance(r, align(r, c)).loudness_db for r, c in zip(ref, clips[path][voice])]))
+            raw_loudness = float(
+                np.mean([distance(r, align(r, c)).loudness_db for r, c in zip(ref, clips[path][voice])])
+            )
             vs_int8 = {k: round(v, 2) for k, v in summary(rows).items()}
             for name, model in whispers.items():
                 total, heard = wer.WerResult(0, 0), []
@@ -81,22 +95,39 @@ async def measure_paths(paths: list[str], voices: list[str], whispers: dict[str,
                     transcript = wer.transcribe(clip, 24000, model_path=model)
                     heard.append({"text": text, "heard": transcript})
                     total += wer.score(text, transcript)
-                cells.append({"path": path, "voice": voice, "whisper": name, "wer": round(total.wer, 4),
-                              "errors": total.errors, "words": total.words, "vs_int8": vs_int8,
-                              "gain_undone": gain, "loudness_as_is_db": round(raw_loudness, 2), "sentences": heard})
+                cells.append(
+                    {
+                        "path": path,
+                        "voice": voice,
+                        "whisper": name,
+                        "wer": round(total.wer, 4),
+                        "errors": total.errors,
+                        "words": total.words,
+                        "vs_int8": vs_int8,
+                        "gain_undone": gain,
+                        "loudness_as_is_db": round(raw_loudness, 2),
+                        "sentences": heard,
+                    }
+                )
                 log.info("%s %s %s: WER %.1f%%", path, voice, name, 100 * total.wer)
     return cells
 
 
 def print_paths(cells: list[dict[str, Any]]) -> None:
-    head = (f"{'path':<7} {'voice':<12} {'whisper':<8} {'WER':>14} {'LSD vs int8':>12} {'timbre':>7} "
-            f"{'loudness':>9} {'as is':>7}")
+    head = (
+        f"{'path':<7} {'voice':<12} {'whisper':<8} {'WER':>14} {'LSD vs int8':>12} {'timbre':>7} "
+        f"{'loudness':>9} {'as is':>7}"
+    )
     lines = [head, "-" * len(head)]
     for c in cells:
         d = c["vs_int8"]
-        lines.append(f"{c['path']:<7} {c['voice']:<12} {c['whisper']:<8} "
-                     f"{100 * c['wer']:6.1f}% ({c['errors']:>2}/{c['words']:>3}) {d['lsd_db']:>12.2f} "
-                     f"{d['timbre_db']:>7.2f} {d['loudness_db']:>+9.2f} {c['loudness_as_is_db']:>+7.2f}")
-    lines.append("distances in dB against the int8 path's audio of the same sentence; torch with the "
-                 f"export's {TORCH_GAIN}x iSTFT gain applied ('as is': without it)")
-    print("\n".join(lines))  # noqa: T201 - a benchmark's output is its report
+        lines.append(
+            f"{c['path']:<7} {c['voice']:<12} {c['whisper']:<8} "
+            f"{100 * c['wer']:6.1f}% ({c['errors']:>2}/{c['words']:>3}) {d['lsd_db']:>12.2f} "
+            f"{d['timbre_db']:>7.2f} {d['loudness_db']:>+9.2f} {c['loudness_as_is_db']:>+7.2f}"
+        )
+    lines.append(
+        "distances in dB against the int8 path's audio of the same sentence; torch with the "
+        f"export's {TORCH_GAIN}x iSTFT gain applied ('as is': without it)"
+    )
+    print("\n".join(lines))

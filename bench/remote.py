@@ -1,5 +1,6 @@
 """The reference clients in a child process, so a benchmark's client never shares an event
 loop (or a CPU slice) with the gateway it measures."""
+
 from __future__ import annotations
 
 import asyncio
@@ -7,7 +8,8 @@ import contextlib
 import json
 import subprocess
 import sys
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 
@@ -28,10 +30,11 @@ class RemoteClient:
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def start(cls) -> AsyncIterator["RemoteClient"]:
+    async def start(cls) -> AsyncIterator[RemoteClient]:
         code = "from bench.remote import client_worker; client_worker()"
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", code, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, limit=1 << 24)
+            sys.executable, "-c", code, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, limit=1 << 24
+        )
         try:
             yield cls(proc)
         finally:
@@ -43,8 +46,9 @@ class RemoteClient:
                 proc.kill()
                 await proc.wait()
 
-    async def run(self, channel: str, url: str, text: str = "", options: dict[str, Any] | None = None,
-                  prompt: str = "") -> Any:
+    async def run(
+        self, channel: str, url: str, text: str = "", options: dict[str, Any] | None = None, prompt: str = ""
+    ) -> Any:
         """One reply (``text`` or ``prompt``) on ``ws`` or ``sse``; a ``StreamResult`` whose
         payloads keep only their sizes (the audio itself stays in the child). Options default
         to ``cache: false``: each run synthesizes afresh."""
@@ -53,8 +57,13 @@ class RemoteClient:
         if self.proc.stdin is None or self.proc.stdout is None:
             raise RuntimeError("the client process has no pipes")
         # benchmarks measure synthesis: no cache and no shared synthesis unless a bench asks
-        job = {"channel": channel, "url": url, "text": text, "prompt": prompt,
-               "options": {"cache": False, **(options or {})}}
+        job = {
+            "channel": channel,
+            "url": url,
+            "text": text,
+            "prompt": prompt,
+            "options": {"cache": False, **(options or {})},
+        }
         self.proc.stdin.write(json.dumps(job).encode() + b"\n")
         await self.proc.stdin.drain()
         line = await self.proc.stdout.readline()
@@ -91,4 +100,3 @@ async def _client_jobs() -> None:
                 reply = {"exception": repr(exc)}
             sys.stdout.write(json.dumps(reply) + "\n")
             sys.stdout.flush()
-

@@ -5,11 +5,13 @@ The one place that starts an in-process server, so every test and benchmark serv
 way ``run_gateway.py`` does (``handler_cancellation`` on: a client that goes away cancels its
 handler) and cleans it up on the way out, even when the body raises.
 """
+
 from __future__ import annotations
 
 import contextlib
 import socket
-from typing import TYPE_CHECKING, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -44,8 +46,9 @@ async def serve_app(app: web.Application, port: int | None = None) -> AsyncItera
 
 
 @contextlib.asynccontextmanager
-async def serve_gateway(settings: Settings, engine: Engine | None = None, *,
-                        require_engine: bool = True) -> AsyncIterator[tuple[str, web.Application]]:
+async def serve_gateway(
+    settings: Settings, engine: Engine | None = None, *, require_engine: bool = True
+) -> AsyncIterator[tuple[str, web.Application]]:
     """A real gateway in this process, once its engine has loaded (or failed to): yields its
     base URL and app. ``require_engine`` raises when the engine failed to load, so a run never
     measures or tests a gateway that answers every request with an error."""

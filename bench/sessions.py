@@ -1,5 +1,6 @@
 """The load test's sessions: one voice-agent reply on the WebSocket or SSE channel, timed from
 before the connection opens; N closed-loop workers per level; the sweep over levels."""
+
 from __future__ import annotations
 
 import asyncio
@@ -65,7 +66,9 @@ async def ws_session(http: aiohttp.ClientSession, url: str, text: str, plan: Pla
     times: list[float] = []
     durations: list[float] = []
     async with http.ws_connect(url, max_msg_size=0) as ws:
-        await ws.send_json({"type": "start", "format": plan.fmt, "cache": False, **({"voice": plan.voice} if plan.voice else {})})
+        await ws.send_json(
+            {"type": "start", "format": plan.fmt, "cache": False, **({"voice": plan.voice} if plan.voice else {})}
+        )
         sender = asyncio.create_task(_send_text(ws, text, plan.tokens_per_s))
         try:
             async for msg in ws:
@@ -153,6 +156,9 @@ async def sweep(url: str, plan: Plan, slo: ServiceLevel, *, stop_on_fail: bool =
 def _row(r: LevelResult) -> str:
     def f(x: float | None, spec: str) -> str:
         return format(x, spec) if x is not None else "-"
-    return (f"c={r.concurrency:<4} sessions={r.sessions:<4} ttfa p50/p90/p99 = {f(r.ttfa_p50_ms, '.0f')}/"
-            f"{f(r.ttfa_p90_ms, '.0f')}/{f(r.ttfa_p99_ms, '.0f')} ms  rtf p50 {f(r.rtf_p50, '.2f')}  "
-            f"stalled {r.stalled_sessions}  errors {r.errors} {r.error_codes or ''}  {r.rps:.2f}/s")
+
+    return (
+        f"c={r.concurrency:<4} sessions={r.sessions:<4} ttfa p50/p90/p99 = {f(r.ttfa_p50_ms, '.0f')}/"
+        f"{f(r.ttfa_p90_ms, '.0f')}/{f(r.ttfa_p99_ms, '.0f')} ms  rtf p50 {f(r.rtf_p50, '.2f')}  "
+        f"stalled {r.stalled_sessions}  errors {r.errors} {r.error_codes or ''}  {r.rps:.2f}/s"
+    )

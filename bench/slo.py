@@ -1,10 +1,11 @@
 """The load test's verdicts: per-session and per-level figures, the service level, the knee
 (the highest concurrency that meets it) and the auto-scaling targets derived from it."""
+
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -100,8 +101,13 @@ def recommend(levels: Sequence[LevelResult], slo: ServiceLevel, safety: float = 
     if knee is None:
         return Targets(None, 0.0, None, None, safety)
     max_rps = max(r.rps for r in levels if r.concurrency <= knee.concurrency)
-    return Targets(knee.concurrency, round(max_rps, 3), max(1, math.floor(knee.concurrency * safety)),
-                   round(invocations_per_instance(max_rps), 1), safety)
+    return Targets(
+        knee.concurrency,
+        round(max_rps, 3),
+        max(1, math.floor(knee.concurrency * safety)),
+        round(invocations_per_instance(max_rps), 1),
+        safety,
+    )
 
 
 def playback_stalls(arrivals: Sequence[float], durations: Sequence[float], buffer_s: float = 0.0) -> tuple[int, float]:
@@ -132,9 +138,17 @@ def summarize(concurrency: int, stats: list[SessionStat], elapsed_s: float) -> L
         if not s.ok:
             codes[s.error] = codes.get(s.error, 0) + 1
     return LevelResult(
-        concurrency=concurrency, sessions=len(stats), errors=len(stats) - len(ok), error_codes=codes,
-        ttfa_p50_ms=_pct(ttfa, 50), ttfa_p90_ms=_pct(ttfa, 90), ttfa_p99_ms=_pct(ttfa, 99),
-        rtf_p50=_pct(rtf, 50), rtf_p90=_pct(rtf, 90),
-        stalled_sessions=sum(1 for s in ok if s.stalls), stalls=sum(s.stalls for s in ok),
-        rps=round(len(ok) / elapsed_s, 3) if elapsed_s else 0.0, elapsed_s=round(elapsed_s, 2),
+        concurrency=concurrency,
+        sessions=len(stats),
+        errors=len(stats) - len(ok),
+        error_codes=codes,
+        ttfa_p50_ms=_pct(ttfa, 50),
+        ttfa_p90_ms=_pct(ttfa, 90),
+        ttfa_p99_ms=_pct(ttfa, 99),
+        rtf_p50=_pct(rtf, 50),
+        rtf_p90=_pct(rtf, 90),
+        stalled_sessions=sum(1 for s in ok if s.stalls),
+        stalls=sum(s.stalls for s in ok),
+        rps=round(len(ok) / elapsed_s, 3) if elapsed_s else 0.0,
+        elapsed_s=round(elapsed_s, 2),
     )

@@ -6,6 +6,7 @@ Starts a gateway in a subprocess on a free loopback port, drives it, and reports
 errors, the gateway's resident memory and live asyncio tasks at the start and at the end
 (scraped from its /metrics), so leaks show up as numbers.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -78,7 +79,7 @@ async def client_loop(http: aiohttp.ClientSession, url: str, deadline: float, se
     while time.monotonic() < deadline:
         try:
             tally[await asyncio.wait_for(one_session(http, url, rng), 60)] += 1
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             tally[f"client_error:{type(exc).__name__}"] += 1
 
 
@@ -98,10 +99,17 @@ async def soak(url: str, seconds: float, clients: int) -> dict[str, object]:
             await asyncio.sleep(0.5)
             end = await scrape(http, url)
     errors = sum(v for k, v in tally.items() if k.startswith(("error", "client_error")))
-    return {"seconds": seconds, "clients": clients, "sessions": sum(tally.values()), "outcomes": dict(tally),
-            "errors": errors, "rss_start_mb": round(start["tts_process_rss_bytes"] / 2**20, 1),
-            "rss_end_mb": round(end["tts_process_rss_bytes"] / 2**20, 1),
-            "tasks_start": start["tts_asyncio_tasks"], "tasks_end": end["tts_asyncio_tasks"]}
+    return {
+        "seconds": seconds,
+        "clients": clients,
+        "sessions": sum(tally.values()),
+        "outcomes": dict(tally),
+        "errors": errors,
+        "rss_start_mb": round(start["tts_process_rss_bytes"] / 2**20, 1),
+        "rss_end_mb": round(end["tts_process_rss_bytes"] / 2**20, 1),
+        "tasks_start": start["tts_asyncio_tasks"],
+        "tasks_end": end["tts_asyncio_tasks"],
+    }
 
 
 def main(argv: list[str]) -> int:
@@ -109,8 +117,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--seconds", type=float, default=120.0)
     p.add_argument("--clients", type=int, default=40)
     p.add_argument("--engine", default="fake")
-    p.add_argument("--set", action="append", default=["fake_rtf=0.2", "fake_chunk_ms=100"],
-                   help="gateway settings (default: fake engine at 0.2 real-time factor)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=["fake_rtf=0.2", "fake_chunk_ms=100"],
+        help="gateway settings (default: fake engine at 0.2 real-time factor)",
+    )
     p.add_argument("--out", default="bench-results/soak.json")
     args = p.parse_args(argv)
     with ServerProcess("serve", "--engine", args.engine, settings=args.set) as server:

@@ -22,14 +22,16 @@ groups (``guess_tokens``), with punctuation taken off the groups: exact for text
 numbers, which is what ``TEXTS`` holds. Prints tables; writes
 ``bench-results/timestamps.json`` (``timestamps-direct.json`` with ``--direct``).
 """
+
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -66,7 +68,7 @@ class Clip:
 def windows(words: Sequence[dict[str, Any]], size: int = 3) -> list[list[dict[str, Any]]]:
     """Consecutive windows of ``size`` words; a shorter remainder joins the window before it
     (unless there is none), so no window is a lone word."""
-    out = [list(words[i:i + size]) for i in range(0, len(words), size)]
+    out = [list(words[i : i + size]) for i in range(0, len(words), size)]
     if len(out) > 1 and len(out[-1]) < min(2, size):
         last = out.pop()
         out[-1] = out[-1] + last
@@ -89,11 +91,12 @@ def cut(clip: Clip, window: Sequence[dict[str, Any]], shift_ms: int, pad_s: floa
     end = round((window[-1]["end_ms"] + shift_ms) * clip.rate / 1000)
     start, end = max(0, start), min(len(clip.audio), max(end, 0))
     pad = np.zeros(round(pad_s * clip.rate), np.float32)
-    return np.concatenate([pad, clip.audio[start:max(start, end)], pad])
+    return np.concatenate([pad, clip.audio[start : max(start, end)], pad])
 
 
-def score(clip: Clip, *, size: int = 3, shifts: Sequence[int] = SHIFTS_MS,
-          transcribe: Transcriber | None = None) -> dict[int, dict[str, Any]]:
+def score(
+    clip: Clip, *, size: int = 3, shifts: Sequence[int] = SHIFTS_MS, transcribe: Transcriber | None = None
+) -> dict[int, dict[str, Any]]:
     """Per shift (ms): words, words heard, recall, clean windows and what Whisper heard."""
     listen = transcribe or (lambda pcm, rate: wer.transcribe(pcm, rate))
     out: dict[int, dict[str, Any]] = {}
@@ -107,8 +110,14 @@ def score(clip: Clip, *, size: int = 3, shifts: Sequence[int] = SHIFTS_MS,
             got = heard(ref, hyp)
             words, hits, clean = words + len(ref), hits + got, clean + (hyp == ref)
             rows.append({"words": " ".join(w["word"] for w in window), "heard": text, "hits": got})
-        out[shift] = {"words": words, "hits": hits, "recall": hits / words if words else 0.0,
-                      "clean": clean, "windows": len(rows), "detail": rows}
+        out[shift] = {
+            "words": words,
+            "hits": hits,
+            "recall": hits / words if words else 0.0,
+            "clean": clean,
+            "windows": len(rows),
+            "detail": rows,
+        }
     return out
 
 
@@ -145,8 +154,7 @@ async def direct_clip(engine: Any, text: str, voice: str, speed: float, mode: st
 
 
 # -- the gateway path -------------------------------------------------------------------------
-async def gateway_clip(http: Any, url: str, text: str, voice: str, speed: float, fmt: str,
-                       channel: str = "ws") -> Clip:
+async def gateway_clip(http: Any, url: str, text: str, voice: str, speed: float, fmt: str, channel: str = "ws") -> Clip:
     """One reply over a channel; the audio decoded as a player plays it, the words as sent."""
     from gateway.audio.decode import decode_audio
 
@@ -169,36 +177,64 @@ async def gateway_clip(http: Any, url: str, text: str, voice: str, speed: float,
 def cell(where: str, voice: str, speed: float, scores: list[dict[int, dict[str, Any]]]) -> dict[str, Any]:
     """Scores of several replies summed into one row of the table."""
     shifts = list(scores[0]) if scores else []
-    total = {s: {k: sum(sc[s][k] for sc in scores) for k in ("words", "hits", "clean", "windows")}
-             for s in shifts}
+    total = {s: {k: sum(sc[s][k] for sc in scores) for k in ("words", "hits", "clean", "windows")} for s in shifts}
     for s in shifts:
         t = total[s]
         t["recall"] = round(t["hits"] / t["words"], 3) if t["words"] else None
-    return {"format": where, "voice": voice, "speed": speed, "shifts": total,
-            "replies": [{str(s): sc[s] for s in sc} for sc in scores]}
+    return {
+        "format": where,
+        "voice": voice,
+        "speed": speed,
+        "shifts": total,
+        "replies": [{str(s): sc[s] for s in sc} for sc in scores],
+    }
 
 
 def render(cells: Sequence[dict[str, Any]]) -> str:
     shifts = [s for s in SHIFTS_MS if s]
-    head = ["format", "voice", "speed", "windows", "recall 0", *(f"{s:+d} ms" for s in shifts),
-            *(f"ratio {s:+d}" for s in shifts), "clean 0", *(f"clean {s:+d}" for s in shifts)]
+    head = [
+        "format",
+        "voice",
+        "speed",
+        "windows",
+        "recall 0",
+        *(f"{s:+d} ms" for s in shifts),
+        *(f"ratio {s:+d}" for s in shifts),
+        "clean 0",
+        *(f"clean {s:+d}" for s in shifts),
+    ]
     rows = []
     for c in cells:
         sh = c["shifts"]
         base = sh[0]["recall"] or 0.0
-        rows.append([c["format"], c["voice"], f"{c['speed']:.1f}", sh[0]["windows"], f"{base:.2f}",
-                     *(f"{sh[s]['recall']:.2f}" for s in shifts),
-                     *(f"{sh[s]['recall'] / base:.2f}" if base else "-" for s in shifts),
-                     f"{sh[0]['clean']}/{sh[0]['windows']}", *(f"{sh[s]['clean']}" for s in shifts)])
-    return ("word recall of Whisper tiny.en on windows cut at the sent word times, and on the "
-            "same windows moved (ratio: to the unmoved windows)\n" + table(head, rows))
+        rows.append(
+            [
+                c["format"],
+                c["voice"],
+                f"{c['speed']:.1f}",
+                sh[0]["windows"],
+                f"{base:.2f}",
+                *(f"{sh[s]['recall']:.2f}" for s in shifts),
+                *(f"{sh[s]['recall'] / base:.2f}" if base else "-" for s in shifts),
+                f"{sh[0]['clean']}/{sh[0]['windows']}",
+                *(f"{sh[s]['clean']}" for s in shifts),
+            ]
+        )
+    return (
+        "word recall of Whisper tiny.en on windows cut at the sent word times, and on the "
+        "same windows moved (ratio: to the unmoved windows)\n" + table(head, rows)
+    )
 
 
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
     texts = TEXTS[: args.texts]
-    out: dict[str, Any] = {"bench": "timestamps-direct" if args.direct else "timestamps",
-                           "channel": args.channel, "texts": list(texts), "window_words": args.window,
-                           "shifts_ms": list(SHIFTS_MS)}
+    out: dict[str, Any] = {
+        "bench": "timestamps-direct" if args.direct else "timestamps",
+        "channel": args.channel,
+        "texts": list(texts),
+        "window_words": args.window,
+        "shifts_ms": list(SHIFTS_MS),
+    }
     with recorded(out):
         out["cells"] = await _direct(args, texts) if args.direct else await _through_gateway(args, texts)
     return out
@@ -217,8 +253,14 @@ async def _direct(args: argparse.Namespace, texts: Sequence[str]) -> list[dict[s
                 raise SystemExit(f"the split model is not available: {engine.vocoder_status}")
             for speed in args.speeds:
                 clips = [await direct_clip(engine, t, voice, speed, args.vocoder) for t in texts]
-                cells.append(cell(f"model/{args.vocoder}", voice, speed,
-                                  [await asyncio.to_thread(score, c, size=args.window) for c in clips]))
+                cells.append(
+                    cell(
+                        f"model/{args.vocoder}",
+                        voice,
+                        speed,
+                        [await asyncio.to_thread(score, c, size=args.window) for c in clips],
+                    )
+                )
                 log.info("%s %s: recall %s", voice, speed, cells[-1]["shifts"][0]["recall"])
     finally:
         await engine.aclose()
@@ -236,21 +278,26 @@ async def _through_gateway(args: argparse.Namespace, texts: Sequence[str]) -> li
         for fmt in args.formats:
             for voice in args.voices:
                 for speed in args.speeds:
-                    clips = [await gateway_clip(http, target.url, t, voice, speed, fmt, args.channel)
-                             for t in texts]
+                    clips = [await gateway_clip(http, target.url, t, voice, speed, fmt, args.channel) for t in texts]
                     if not all(c.words for c in clips):
-                        log.warning("%s %s %s: the gateway sent no `words` events; nothing to "
-                                    "measure (try --direct)", fmt, voice, speed)
+                        log.warning(
+                            "%s %s %s: the gateway sent no `words` events; nothing to measure (try --direct)",
+                            fmt,
+                            voice,
+                            speed,
+                        )
                         continue
-                    cells.append(cell(fmt, voice, speed,
-                                      [await asyncio.to_thread(score, c, size=args.window) for c in clips]))
+                    cells.append(
+                        cell(fmt, voice, speed, [await asyncio.to_thread(score, c, size=args.window) for c in clips])
+                    )
                     log.info("%s %s %s: recall %s", fmt, voice, speed, cells[-1]["shifts"][0]["recall"])
     return cells
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="bench timestamps", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="bench timestamps", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--direct", action="store_true", help="the engine's split model, no gateway")
     p.add_argument("--voices", default=",".join(VOICES))
     p.add_argument("--speeds", default=",".join(str(s) for s in SPEEDS))
@@ -259,8 +306,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--texts", type=int, default=len(TEXTS), help=f"how many texts (1-{len(TEXTS)})")
     p.add_argument("--window", type=int, default=3, help="words per window")
     p.add_argument("--vocoder", default="exact", help="--direct: exact, frozen-first or frozen")
-    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                   help="gateway setting, e.g. --set embedded_vocoder=exact (repeatable)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="gateway setting, e.g. --set embedded_vocoder=exact (repeatable)",
+    )
     p.add_argument("--out", type=Path, default=RESULTS_DIR)
     args = p.parse_args(argv)
     args.voices = [v for v in args.voices.split(",") if v]
@@ -278,6 +330,8 @@ def main(argv: list[str]) -> int:
     out = asyncio.run(bench(args))
     path = write_json(args.out, out["bench"], out)
     m0, m1 = out["machine_start"], out["machine_end"]
-    report(render(out["cells"]) + f"\n{out['elapsed_s']} s; load average {m0['loadavg_1m']} -> "
-           f"{m1['loadavg_1m']} on {m0['cpus']} CPUs; results in {path}")
+    report(
+        render(out["cells"]) + f"\n{out['elapsed_s']} s; load average {m0['loadavg_1m']} -> "
+        f"{m1['loadavg_1m']} on {m0['cpus']} CPUs; results in {path}"
+    )
     return 0

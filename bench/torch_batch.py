@@ -18,6 +18,7 @@ The weights are RANDOM (Kokoro-82M's architecture; duration head set to ``--fram
 token, about the real model's pace): the compute per second of audio is the real model's, the
 audio is noise. Prints; never asserts.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,8 +26,9 @@ import json
 import os
 import statistics
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from .torch_cuda import DATA, RATE, build
 
@@ -34,8 +36,9 @@ FRAME = 600  # samples per duration frame
 
 
 def segments_of(data: dict[str, Any], count: int, longest: int) -> list[str]:
-    phonemes = [s["phonemes"] for r in data["replies"] for s in r["segments"]
-                if not longest or len(s["phonemes"]) <= longest]
+    phonemes = [
+        s["phonemes"] for r in data["replies"] for s in r["segments"] if not longest or len(s["phonemes"]) <= longest
+    ]
     if len(phonemes) < count:
         raise SystemExit(f"the phoneme file holds {len(phonemes)} segments, fewer than {count}")
     return phonemes[:count]
@@ -70,8 +73,10 @@ class Bench:
     def batched(self, ks: Sequence[int], segments: Sequence[str]) -> tuple[float, list[Any]]:
         from gateway.engines.kokoro_batch import Item, forward_batch
 
-        items = [Item(tuple(self.vocab[p] for p in s if p in self.vocab), self.style(k, s), 1.0)
-                 for k, s in zip(ks, segments)]
+        items = [
+            Item(tuple(self.vocab[p] for p in s if p in self.vocab), self.style(k, s), 1.0)
+            for k, s in zip(ks, segments)
+        ]
         self._sync()
         t0 = time.perf_counter()
         out = forward_batch(self.model, items)
@@ -81,8 +86,11 @@ class Bench:
 
 def one_rep(bench: Bench, segments: list[str], sizes: list[int]) -> dict[str, Any]:
     singles = [bench.alone(k, s) for k, s in enumerate(segments)]
-    rep: dict[str, Any] = {"alone_s": [t for t, _ in singles],
-                           "audio_s": sum(a.size for _, a in singles) / RATE, "sizes": {}}
+    rep: dict[str, Any] = {
+        "alone_s": [t for t, _ in singles],
+        "audio_s": sum(a.size for _, a in singles) / RATE,
+        "sizes": {},
+    }
     for size in sizes:
         walls, padded, diff = [], 0, 0.0
         for start in range(0, len(segments), size):
@@ -93,24 +101,32 @@ def one_rep(bench: Bench, segments: list[str], sizes: list[int]) -> dict[str, An
             diff = max(diff, *(float(abs(a - singles[k][1]).max()) for a, k in zip(audio, ks)))
         real = sum(a.size for _, a in singles) // FRAME
         latency = [wall / singles[k][0] for wall, ks in walls for k in ks]
-        rep["sizes"][size] = {"batched_s": sum(w for w, _ in walls), "padding": padded / real,
-                              "latency_x": statistics.median(latency), "max_diff": diff}
+        rep["sizes"][size] = {
+            "batched_s": sum(w for w, _ in walls),
+            "padding": padded / real,
+            "latency_x": statistics.median(latency),
+            "max_diff": diff,
+        }
     return rep
 
 
 def table(reps: list[dict[str, Any]], sizes: list[int]) -> str:
     alone = statistics.median(sum(r["alone_s"]) for r in reps)
     audio = reps[0]["audio_s"]
-    head = (f"{'B':>3} {'audio s':>8} {'alone s':>8} {'batched s':>9} {'gain':>6} {'RTF':>7} "
-            f"{'padding':>8} {'latency':>8} {'max diff':>9}")
+    head = (
+        f"{'B':>3} {'audio s':>8} {'alone s':>8} {'batched s':>9} {'gain':>6} {'RTF':>7} "
+        f"{'padding':>8} {'latency':>8} {'max diff':>9}"
+    )
     lines = [head, "-" * len(head)]
     for size in sizes:
         batched = statistics.median(r["sizes"][size]["batched_s"] for r in reps)
         gains = [sum(r["alone_s"]) / r["sizes"][size]["batched_s"] for r in reps]
         row = reps[-1]["sizes"][size]
-        lines.append(f"{size:>3} {audio:>8.2f} {alone:>8.2f} {batched:>9.2f} {statistics.median(gains):>5.2f}x "
-                     f"{batched / audio:>7.4f} {row['padding']:>7.2f}x {row['latency_x']:>7.2f}x "
-                     f"{max(r['sizes'][size]['max_diff'] for r in reps):>9.1e}")
+        lines.append(
+            f"{size:>3} {audio:>8.2f} {alone:>8.2f} {batched:>9.2f} {statistics.median(gains):>5.2f}x "
+            f"{batched / audio:>7.4f} {row['padding']:>7.2f}x {row['latency_x']:>7.2f}x "
+            f"{max(r['sizes'][size]['max_diff'] for r in reps):>9.1e}"
+        )
     return "\n".join(lines)
 
 
@@ -139,12 +155,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     load = os.getloadavg()[0]
     reps = [one_rep(bench, segments, sizes) for _ in range(args.reps)]
     name = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"cpu, {os.cpu_count()} cores"
-    print(f"{name}, {torch.get_num_threads()} threads; torch {torch.__version__}; random weights, {args.frames} "
-          f"frames a token; {len(segments)} segments ({', '.join(str(len(s)) for s in segments)} phonemes); "
-          f"median of {args.reps}; load average {load:.1f} before, {os.getloadavg()[0]:.1f} after")
+    print(
+        f"{name}, {torch.get_num_threads()} threads; torch {torch.__version__}; random weights, {args.frames} "
+        f"frames a token; {len(segments)} segments ({', '.join(str(len(s)) for s in segments)} phonemes); "
+        f"median of {args.reps}; load average {load:.1f} before, {os.getloadavg()[0]:.1f} after"
+    )
     print(table(reps, sizes))
-    print("gain: B single calls' time / the batches' time for the same segments (throughput); padding: "
-          "frames computed / frames kept; latency: a segment's batch time / its own call's time (median)")
+    print(
+        "gain: B single calls' time / the batches' time for the same segments (throughput); padding: "
+        "frames computed / frames kept; latency: a segment's batch time / its own call's time (median)"
+    )
     if args.out:
         Path(args.out).write_text(json.dumps({"device": name, "frames": args.frames, "reps": reps}, indent=1))
     return 0

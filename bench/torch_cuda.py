@@ -15,6 +15,7 @@ is not on these machines and nothing may be downloaded. The compute per second o
 the real model's; the audio is noise. ``kokoro`` is loaded without its package
 ``__init__`` (which imports misaki's pipeline): only ``kokoro.model``. Prints; never asserts.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,8 +26,9 @@ import statistics
 import sys
 import time
 import types
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from gateway.kokoro.floatgraph.torch_weights import CONFIG as KOKORO_82M
 
@@ -100,27 +102,38 @@ def run(device: str, replies: list[dict[str, Any]], vocab: dict[str, int], frame
         first = [timed(model, r["segments"][0]["phonemes"], style, device) for _ in range(reps)]
         whole = [timed(model, r["whole"], style, device) for _ in range(reps)]
         per_seg = [timed(model, s["phonemes"], style, device)[0] for s in r["segments"]]
-        rows.append({
-            "segments": len(r["segments"]), "phonemes": len(r["whole"]),
-            "first_ms": 1000 * statistics.median(t for t, _ in first),
-            "first_audio_s": first[0][1] / RATE,
-            "batch_ms": 1000 * statistics.median(t for t, _ in whole),
-            "audio_s": whole[0][1] / RATE,
-            "segments_ms": 1000 * sum(per_seg),
-        })
-    return {"device": device, "name": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-            "threads": torch.get_num_threads(), "rows": rows}
+        rows.append(
+            {
+                "segments": len(r["segments"]),
+                "phonemes": len(r["whole"]),
+                "first_ms": 1000 * statistics.median(t for t, _ in first),
+                "first_audio_s": first[0][1] / RATE,
+                "batch_ms": 1000 * statistics.median(t for t, _ in whole),
+                "audio_s": whole[0][1] / RATE,
+                "segments_ms": 1000 * sum(per_seg),
+            }
+        )
+    return {
+        "device": device,
+        "name": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        "threads": torch.get_num_threads(),
+        "rows": rows,
+    }
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    head = (f"{'device':>6} {'reply':>5} {'segs':>4} {'audio s':>7} {'first ms':>9} {'batch ms':>9} "
-            f"{'first/batch':>11} {'RTF batch':>9} {'RTF segs':>8}")
+    head = (
+        f"{'device':>6} {'reply':>5} {'segs':>4} {'audio s':>7} {'first ms':>9} {'batch ms':>9} "
+        f"{'first/batch':>11} {'RTF batch':>9} {'RTF segs':>8}"
+    )
     lines = [head, "-" * len(head)]
     for res in results:
         for k, r in enumerate(res["rows"]):
-            lines.append(f"{res['device']:>6} {k:>5} {r['segments']:>4} {r['audio_s']:>7.2f} {r['first_ms']:>9.1f} "
-                         f"{r['batch_ms']:>9.1f} {r['first_ms'] / r['batch_ms']:>11.2f} "
-                         f"{r['batch_ms'] / 1000 / r['audio_s']:>9.4f} {r['segments_ms'] / 1000 / r['audio_s']:>8.4f}")
+            lines.append(
+                f"{res['device']:>6} {k:>5} {r['segments']:>4} {r['audio_s']:>7.2f} {r['first_ms']:>9.1f} "
+                f"{r['batch_ms']:>9.1f} {r['first_ms'] / r['batch_ms']:>11.2f} "
+                f"{r['batch_ms'] / 1000 / r['audio_s']:>9.4f} {r['segments_ms'] / 1000 / r['audio_s']:>8.4f}"
+            )
     if len(results) == 2:
         a, b = results
         ratios = [rb["first_ms"] / ra["first_ms"] for ra, rb in zip(a["rows"], b["rows"])]

@@ -9,6 +9,7 @@ browser saw. Prints a side-by-side table; writes ``bench-results/transports.json
 The browser helpers here (``launch_chromium``, ``open_demo``, ``play``) are shared with
 ``tests/test_browser.py``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,9 +17,10 @@ import asyncio
 import base64
 import json
 import logging
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 from gateway.config import Settings, load_settings
 
@@ -28,8 +30,13 @@ log = logging.getLogger(__name__)
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = (
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
     "--autoplay-policy=no-user-gesture-required",
 )
 TEXT = (
@@ -64,8 +71,16 @@ async def open_demo(browser: Any, url: str, *, init_script: str | None = None, p
     return page
 
 
-async def set_options(page: Any, *, text: str = TEXT, prompt: str | None = None, fmt: str = "mp3",
-                      chunking: str = "frames", speed: float = 1.0, voice: str | None = None) -> None:
+async def set_options(
+    page: Any,
+    *,
+    text: str = TEXT,
+    prompt: str | None = None,
+    fmt: str = "mp3",
+    chunking: str = "frames",
+    speed: float = 1.0,
+    voice: str | None = None,
+) -> None:
     """Fill the form as a user would."""
     await page.check("input[name=input][value=%s]" % ("prompt" if prompt else "text"))
     if prompt:
@@ -82,8 +97,9 @@ async def set_options(page: Any, *, text: str = TEXT, prompt: str | None = None,
         await page.fill("#naive-bytes", chunking.split(":", 1)[1])
 
 
-async def play(page: Any, which: str = "both", *, wait: bool = True, timeout_s: float = 60.0,
-               **options: Any) -> dict[str, Any]:
+async def play(
+    page: Any, which: str = "both", *, wait: bool = True, timeout_s: float = 60.0, **options: Any
+) -> dict[str, Any]:
     """Set the options, press a play button, and (by default) wait until each run is finished."""
     await set_options(page, **options)
     await page.click({"both": "#play-both", "sse": "#play-sse", "ws": "#play-ws"}[which])
@@ -114,36 +130,80 @@ def row(channel: str, chunking: str, st: dict[str, Any]) -> dict[str, Any]:
     done = st.get("done") or {}
     dec = st["decode"]
     return {
-        "channel": channel, "chunking": chunking,
-        "audio_bytes": st["audioBytes"], "wire_bytes": st["wireBytes"], "wire_bytes_total": st["wireBytesTotal"],
-        "overhead_pct": st["overheadPct"], "overhead_total_pct": st["overheadTotalPct"],
-        "server_wire_bytes": done.get("wire_bytes"), "messages": st["messages"], "payloads": st["audioMessages"],
-        "whole_frame_payloads": st["wholePayloads"], "ttfb_ms": st["ttfbMs"], "server_ttfb_ms": done.get("ttfb_ms"),
-        "first_play_ms": st["firstPlayMs"], "first_sound_ms": st["firstSoundMs"],
-        "decode_failures": dec["failures"], "single_frame_failures": dec["singleFrameFailures"], "lost_samples": dec["lostSamples"], "lost_pct": dec["lostPct"],
-        "mse_append_errors": st["mse"]["appendErrors"], "gaps": len(st["gaps"]),
-        "gap_ms": round(sum(g["ms"] for g in st["gaps"]), 1), "ended": st["ended"], "errors": st["errors"],
+        "channel": channel,
+        "chunking": chunking,
+        "audio_bytes": st["audioBytes"],
+        "wire_bytes": st["wireBytes"],
+        "wire_bytes_total": st["wireBytesTotal"],
+        "overhead_pct": st["overheadPct"],
+        "overhead_total_pct": st["overheadTotalPct"],
+        "server_wire_bytes": done.get("wire_bytes"),
+        "messages": st["messages"],
+        "payloads": st["audioMessages"],
+        "whole_frame_payloads": st["wholePayloads"],
+        "ttfb_ms": st["ttfbMs"],
+        "server_ttfb_ms": done.get("ttfb_ms"),
+        "first_play_ms": st["firstPlayMs"],
+        "first_sound_ms": st["firstSoundMs"],
+        "decode_failures": dec["failures"],
+        "single_frame_failures": dec["singleFrameFailures"],
+        "lost_samples": dec["lostSamples"],
+        "lost_pct": dec["lostPct"],
+        "mse_append_errors": st["mse"]["appendErrors"],
+        "gaps": len(st["gaps"]),
+        "gap_ms": round(sum(g["ms"] for g in st["gaps"]), 1),
+        "ended": st["ended"],
+        "errors": st["errors"],
     }
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    cols = (("channel", 8), ("chunking", 11), ("audio_bytes", 8), ("wire_bytes", 8), ("overhead_pct", 9),
-            ("overhead_total_pct", 10), ("ttfb_ms", 8), ("first_sound_ms", 9), ("payloads", 9),
-            ("whole_frame_payloads", 7), ("decode_failures", 9), ("single_frame_failures", 8), ("lost_pct", 8),
-            ("gaps", 5))
-    heads = ("channel", "chunking", "audio B", "wire B", "overhead", "all msgs", "TTFB ms", "sound ms",
-             "payloads", "whole", "dec.fail", "1-frame", "lost %", "gaps")
+    cols = (
+        ("channel", 8),
+        ("chunking", 11),
+        ("audio_bytes", 8),
+        ("wire_bytes", 8),
+        ("overhead_pct", 9),
+        ("overhead_total_pct", 10),
+        ("ttfb_ms", 8),
+        ("first_sound_ms", 9),
+        ("payloads", 9),
+        ("whole_frame_payloads", 7),
+        ("decode_failures", 9),
+        ("single_frame_failures", 8),
+        ("lost_pct", 8),
+        ("gaps", 5),
+    )
+    heads = (
+        "channel",
+        "chunking",
+        "audio B",
+        "wire B",
+        "overhead",
+        "all msgs",
+        "TTFB ms",
+        "sound ms",
+        "payloads",
+        "whole",
+        "dec.fail",
+        "1-frame",
+        "lost %",
+        "gaps",
+    )
     line = "".join(h.rjust(w) if i > 1 else h.ljust(w) for i, (h, (_, w)) in enumerate(zip(heads, cols)))
     out = [line, "-" * len(line)]
     for r in rows:
         cells = []
         for i, (key, width) in enumerate(cols):
             value = r[key]
-            text = f"{value:+.1f}%" if key.startswith("overhead") and value is not None else (
-                f"{value:.0f}" if isinstance(value, float) else str(value))
+            text = (
+                f"{value:+.1f}%"
+                if key.startswith("overhead") and value is not None
+                else (f"{value:.0f}" if isinstance(value, float) else str(value))
+            )
             cells.append(text.rjust(width) if i > 1 else text.ljust(width))
         out.append("".join(cells))
-    print("\n".join(out))  # noqa: T201 - a benchmark's table is its output
+    print("\n".join(out))
 
 
 async def measure(settings: Settings, text: str, naive_bytes: int, fmt: str) -> list[dict[str, Any]]:
@@ -187,6 +247,8 @@ def main(argv: list[str]) -> int:
     print_table(rows)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"engine": args.engine, "format": args.format, "text": args.text, "rows": rows}, indent=2))
+    out.write_text(
+        json.dumps({"engine": args.engine, "format": args.format, "text": args.text, "rows": rows}, indent=2)
+    )
     log.info("wrote %s", out)
     return 0

@@ -18,6 +18,7 @@ and ``kokoro`` (torch, CUDA only) where available, else skipped with a note. The
 runs are also checked for playback stalls. ``--sweep`` instead compares the first-clause fast
 path off and at several word thresholds (one gateway per value, one shared engine).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,17 +32,38 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from gateway.engines.fake import GAP_S, WORD_S
 from gateway.core.segmenter import split_text
-from .common import (Probe, RESULTS_DIR, Target, bench_settings, gateway, measure, post_speech, publish,
-                     quiet_logs, recorded, stall_cell, stream_run, summarize, table, timeline)
+from gateway.engines.fake import GAP_S, WORD_S
+
+from .common import (
+    RESULTS_DIR,
+    Probe,
+    Target,
+    bench_settings,
+    gateway,
+    measure,
+    post_speech,
+    publish,
+    quiet_logs,
+    recorded,
+    stall_cell,
+    stream_run,
+    summarize,
+    table,
+    timeline,
+)
+from .corpus import corpus
 from .plots import plot_timeline
 from .procs import GatewayProcess
 from .remote import RemoteClient
-from .corpus import corpus
 
-ANCHOR = {"batch_mean_ms": 329.3, "stream_mean_ms": 156.7, "improvement_pct": -52.4,
-          "speedup": round(329.3 / 156.7, 2), "where": "per-sentence streaming vs batch, g5 GPU"}
+ANCHOR = {
+    "batch_mean_ms": 329.3,
+    "stream_mean_ms": 156.7,
+    "improvement_pct": -52.4,
+    "speedup": round(329.3 / 156.7, 2),
+    "where": "per-sentence streaming vs batch, g5 GPU",
+}
 ENGINE_ORDER = ("embedded", "fake", "container", "kokoro")
 DEFAULT_ENGINES = "embedded,fake"  # container, kokoro: add them (each adds a pass as long as embedded)
 DEFAULT_RTF = 0.35  # DESIGN's measured embedded RTF, used only when nothing better is known
@@ -49,10 +71,12 @@ WARMUP = "Hi there, warming up. Not counted."
 
 # -- one run on one channel ----------------------------------------------------------------
 
+
 def batch_probe(t: Target, fields: dict[str, Any]) -> Probe:
     async def probe(http: aiohttp.ClientSession, text: str) -> dict[str, Any]:
         b = await post_speech(http, t.speech_url, text, **fields)
         return {"ttfb_ms": b.ttfb_ms, "total_ms": b.total_ms}
+
     return probe
 
 
@@ -62,10 +86,12 @@ def stream_probe(t: Target, channel: str, fields: dict[str, Any], client: Remote
 
     async def probe(http: aiohttp.ClientSession, text: str) -> dict[str, Any]:
         return stream_run(await client.run(channel, url, text, {**fields, **options}), f"{channel} on {t.name}")
+
     return probe
 
 
 # -- engines ---------------------------------------------------------------------------------
+
 
 async def calibrate(t: Target, texts: list[str], voice: str = "") -> dict[str, Any]:
     """The embedded engine's cost per call and per audio second, and its audio per word.
@@ -97,13 +123,13 @@ async def calibrate(t: Target, texts: list[str], voice: str = "") -> dict[str, A
         "fit_delay_ms": round(max(0.0, float(intercept)) * 1000, 1),
         "audio_s_per_word": round(per_word, 3),
         "fake_speed": round(min(2.0, max(0.5, (WORD_S + GAP_S) / per_word)), 3),
-        "segments": [{"text": s, "compute_s": round(c, 3), "audio_s": round(a, 3)}
-                     for s, (c, a, _) in zip(segments, points)],
+        "segments": [
+            {"text": s, "compute_s": round(c, 3), "audio_s": round(a, 3)} for s, (c, a, _) in zip(segments, points)
+        ],
     }
 
 
-def fake_overrides(args: argparse.Namespace, cal: dict[str, Any] | None
-                   ) -> tuple[dict[str, Any], dict[str, Any], str]:
+def fake_overrides(args: argparse.Namespace, cal: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any], str]:
     """Settings and request fields for the fake engine, and where its speed came from."""
     if args.fake_rtf is not None:
         rtf, delay, speed, note = args.fake_rtf, args.fake_first_delay_ms, args.fake_speed, "from --fake-rtf"
@@ -128,8 +154,9 @@ async def container_target(args: argparse.Namespace, inside: dict[str, Any]) -> 
 
 def skip_reason(name: str, args: argparse.Namespace) -> str | None:
     if name == "container":
-        missing = [m for m in ("gateway.engines.container", "gateway.web.container")
-                   if importlib.util.find_spec(m) is None]
+        missing = [
+            m for m in ("gateway.engines.container", "gateway.web.container") if importlib.util.find_spec(m) is None
+        ]
         return f"skipped: {', '.join(missing)} not in this tree" if missing else None
     if name == "kokoro":
         if importlib.util.find_spec("gateway.engines.kokoro") is None or importlib.util.find_spec("torch") is None:
@@ -143,8 +170,9 @@ def skip_reason(name: str, args: argparse.Namespace) -> str | None:
     return None
 
 
-async def run_engines(http: aiohttp.ClientSession, client: RemoteClient, args: argparse.Namespace,
-                      texts: list[str], out: dict[str, Any]) -> None:
+async def run_engines(
+    http: aiohttp.ClientSession, client: RemoteClient, args: argparse.Namespace, texts: list[str], out: dict[str, Any]
+) -> None:
     cal: dict[str, Any] | None = None
     names = [n for n in ENGINE_ORDER if n in args.engines] + [n for n in args.engines if n not in ENGINE_ORDER]
     for name in names:
@@ -181,14 +209,24 @@ async def vocoder_ready(http: aiohttp.ClientSession, t: Target, wait_s: float = 
         await asyncio.sleep(0.5)
 
 
-async def run_target(http: aiohttp.ClientSession, client: RemoteClient, t: Target, fields: dict[str, Any],
-                     texts: list[str], args: argparse.Namespace, note: str = "") -> dict[str, Any]:
+async def run_target(
+    http: aiohttp.ClientSession,
+    client: RemoteClient,
+    t: Target,
+    fields: dict[str, Any],
+    texts: list[str],
+    args: argparse.Namespace,
+    note: str = "",
+) -> dict[str, Any]:
     # an engine that streams inside a segment: per-sentence channels pinned to the exact
     # vocoder, plus the WebSocket with the chunked one (frozen-first), side by side
     chunked = not args.no_vocoder and await vocoder_ready(http, t)
     per_sentence = {**fields, "vocoder": "exact"} if chunked else fields
-    probes = {"batch": batch_probe(t, fields), "ws": stream_probe(t, "ws", per_sentence, client),
-              "sse": stream_probe(t, "sse", per_sentence, client)}
+    probes = {
+        "batch": batch_probe(t, fields),
+        "ws": stream_probe(t, "ws", per_sentence, client),
+        "sse": stream_probe(t, "sse", per_sentence, client),
+    }
     if chunked:
         probes["ws-vocoder"] = stream_probe(t, "ws", {**fields, "vocoder": "frozen-first"}, client)
     result = summarize(await measure(http, probes, texts, args.reps, WARMUP, t.name))
@@ -197,15 +235,17 @@ async def run_target(http: aiohttp.ClientSession, client: RemoteClient, t: Targe
         lanes = {}
         for ch, opts in (("ws", {"envelope": "msgpack"}), ("sse", {})):
             r = await client.run(ch, t.sse_url if ch == "sse" else t.ws_url, texts[-1], {**fields, **opts})
-            lanes[ch] = timeline(r, bitrate=64, first_clause_words=t.settings.first_clause_words,
-                                 max_chars=t.settings.max_segment_chars)
+            lanes[ch] = timeline(
+                r, bitrate=64, first_clause_words=t.settings.first_clause_words, max_chars=t.settings.max_segment_chars
+            )
         plot_timeline(args.out / f"ttfb-timeline-{t.name}.png", f"{t.name}: one reply, text sent whole", lanes)
         result["timeline"] = lanes
     return result
 
 
-async def run_sweep(http: aiohttp.ClientSession, client: RemoteClient, args: argparse.Namespace,
-                    texts: list[str], out: dict[str, Any]) -> None:
+async def run_sweep(
+    http: aiohttp.ClientSession, client: RemoteClient, args: argparse.Namespace, texts: list[str], out: dict[str, Any]
+) -> None:
     """The first-clause fast path off, and on at each word threshold: one gateway per value."""
     name = args.engines[0]
     fsets, fields, note = fake_overrides(args, None) if name == "fake" else ({}, {}, "")
@@ -215,8 +255,13 @@ async def run_sweep(http: aiohttp.ClientSession, client: RemoteClient, args: arg
         first = await stack.enter_async_context(gateway(base))
         probes = {"off": stream_probe(first, "ws", fields, client, first_clause=False)}
         for words in args.clause_words:
-            t = first if words == base.first_clause_words else await stack.enter_async_context(
-                gateway(base.replace(first_clause_words=words), f"{name}-w{words}", engine=first.engine))
+            t = (
+                first
+                if words == base.first_clause_words
+                else await stack.enter_async_context(
+                    gateway(base.replace(first_clause_words=words), f"{name}-w{words}", engine=first.engine)
+                )
+            )
             probes[f"words={words}"] = stream_probe(t, "ws", fields, client)
         result = summarize(await measure(http, probes, texts, args.reps, WARMUP, f"sweep {name}"), baseline="off")
     chans = result["channels"]
@@ -231,16 +276,37 @@ def engine_rows(out: dict[str, Any]) -> list[list[Any]]:
             continue
         for ch, e in res["channels"].items():
             imp = res["improvement"].get(ch)
-            rows.append([name, ch, e["ttfb"].n, e["ttfb"].mean, e["ttfb"].median, e["ttfb"].p90,
-                         f"{imp['mean_pct']:+.1f}%" if imp else "", f"{imp['speedup_mean']:.2f}x" if imp else "",
-                         e["total"].mean, stall_cell(e)])
+            rows.append(
+                [
+                    name,
+                    ch,
+                    e["ttfb"].n,
+                    e["ttfb"].mean,
+                    e["ttfb"].median,
+                    e["ttfb"].p90,
+                    f"{imp['mean_pct']:+.1f}%" if imp else "",
+                    f"{imp['speedup_mean']:.2f}x" if imp else "",
+                    e["total"].mean,
+                    stall_cell(e),
+                ]
+            )
     return rows
 
 
 def render(out: dict[str, Any], sweep: bool) -> str:
     base = "off" if sweep else "batch"
-    headers = ["engine", "variant" if sweep else "channel", "n", "mean ms",
-               "median", "p90", f"vs {base}", "speed-up", "last audio ms", "stalls (runs, total)"]
+    headers = [
+        "engine",
+        "variant" if sweep else "channel",
+        "n",
+        "mean ms",
+        "median",
+        "p90",
+        f"vs {base}",
+        "speed-up",
+        "last audio ms",
+        "stalls (runs, total)",
+    ]
     lines = [table(headers, engine_rows(out))]
     lines += [f"{name}: {res['skipped']}" for name, res in out["engines"].items() if "skipped" in res]
     if sweep:
@@ -248,8 +314,10 @@ def render(out: dict[str, Any], sweep: bool) -> str:
             lines.append(f"{name}: best threshold for time to first audio: {res['best_for_ttfb']} (lowest median)")
         return "\n".join(lines)
     a = ANCHOR
-    lines.append(f"anchor ({a['where']}): batch {a['batch_mean_ms']} ms, streaming {a['stream_mean_ms']} ms, "
-                 f"{a['improvement_pct']:+.1f}% ({a['speedup']}x)")
+    lines.append(
+        f"anchor ({a['where']}): batch {a['batch_mean_ms']} ms, streaming {a['stream_mean_ms']} ms, "
+        f"{a['improvement_pct']:+.1f}% ({a['speedup']}x)"
+    )
     emb = out["engines"].get("embedded", {})
     if "improvement" in emb:
         ratio = emb["improvement"]["ws"]["ratio_mean"]
@@ -258,38 +326,54 @@ def render(out: dict[str, Any], sweep: bool) -> str:
         if "ws-vocoder" in emb["channels"]:
             med = emb["channels"]["ws-vocoder"]["ttfb"].median
             ws_med = emb["channels"]["ws"]["ttfb"].median
-            lines.append(f"goal (embedded, ws-vocoder median <= 200 ms): {med:.0f} ms -> "
-                         f"{'met' if med <= 200 else 'NOT met'}; {ws_med / med:.2f}x faster than "
-                         f"per-sentence ws ({ws_med:.0f} ms), same run")
+            lines.append(
+                f"goal (embedded, ws-vocoder median <= 200 ms): {med:.0f} ms -> "
+                f"{'met' if med <= 200 else 'NOT met'}; {ws_med / med:.2f}x faster than "
+                f"per-sentence ws ({ws_med:.0f} ms), same run"
+            )
     if "calibration" in out:
         c = out["calibration"]
-        lines.append(f"embedded measured: RTF {c['rtf']} (fit {c['fit_rtf']} + {c['fit_delay_ms']} ms per call), "
-                     f"{c['audio_s_per_word']} s of audio per word; fake speed {c['fake_speed']}")
+        lines.append(
+            f"embedded measured: RTF {c['rtf']} (fit {c['fit_rtf']} + {c['fit_delay_ms']} ms per call), "
+            f"{c['audio_s_per_word']} s of audio per word; fake speed {c['fake_speed']}"
+        )
     return "\n".join(lines)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="run_gateway.py bench ttfb", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--engines", default=DEFAULT_ENGINES,
-                   help="comma-separated, of embedded, fake, container, kokoro (default: %(default)s)")
+    p = argparse.ArgumentParser(
+        prog="run_gateway.py bench ttfb", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--engines",
+        default=DEFAULT_ENGINES,
+        help="comma-separated, of embedded, fake, container, kokoro (default: %(default)s)",
+    )
     p.add_argument("--reps", type=int, default=2, help="repetitions of the corpus (default: %(default)s)")
     p.add_argument("--corpus", type=int, default=None, metavar="N", help="use the first N replies (default: all 8)")
     p.add_argument("--url", help="measure the gateway at this base URL instead of starting one")
     p.add_argument("--voice", default="", help="voice for every request (default: the engine's)")
     p.add_argument("--fake-rtf", type=float, help="fake engine compute per audio second (default: calibrated)")
     p.add_argument("--fake-first-delay-ms", type=float, default=0.0, help="with --fake-rtf: per-call delay")
-    p.add_argument("--fake-speed", type=float, default=1.0,
-                   help="with --fake-rtf: request speed for the fake (0.7 ~ the embedded voice's audio per word)")
+    p.add_argument(
+        "--fake-speed",
+        type=float,
+        default=1.0,
+        help="with --fake-rtf: request speed for the fake (0.7 ~ the embedded voice's audio per word)",
+    )
     p.add_argument("--container-engine", default="embedded", choices=("embedded", "fake"))
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="gateway setting override")
     p.add_argument("--sweep", action="store_true", help="compare the first-clause fast path off / on at --clause-words")
-    p.add_argument("--clause-words", default="1,2,4",
-                   help="first_clause_words values for --sweep (default: %(default)s)")
+    p.add_argument(
+        "--clause-words", default="1,2,4", help="first_clause_words values for --sweep (default: %(default)s)"
+    )
     p.add_argument("--out", type=Path, default=RESULTS_DIR, help="output folder (default: %(default)s)")
     p.add_argument("--no-plots", action="store_true")
-    p.add_argument("--no-vocoder", action="store_true",
-                   help="skip the ws-vocoder row (streaming inside a segment) on engines that offer it")
+    p.add_argument(
+        "--no-vocoder",
+        action="store_true",
+        help="skip the ws-vocoder row (streaming inside a segment) on engines that offer it",
+    )
     args = p.parse_args(argv)
     args.engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     args.clause_words = [int(w) for w in args.clause_words.split(",") if w.strip()]
@@ -300,8 +384,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
     texts = corpus(args.corpus)
-    out: dict[str, Any] = {"bench": "ttfb-sweep" if args.sweep else "ttfb", "anchor": ANCHOR, "reps": args.reps,
-                           "corpus": texts, "engines": {}}
+    out: dict[str, Any] = {
+        "bench": "ttfb-sweep" if args.sweep else "ttfb",
+        "anchor": ANCHOR,
+        "reps": args.reps,
+        "corpus": texts,
+        "engines": {},
+    }
     with recorded(out):
         async with aiohttp.ClientSession() as http, RemoteClient.start() as client:
             if args.sweep:
@@ -322,6 +411,12 @@ def main(argv: list[str]) -> int:
     quiet_logs()
     out = asyncio.run(bench(args))
     title = "time to first audio" + (": first-clause sweep" if args.sweep else "")
-    publish(args.out, out["bench"], out, render(out, args.sweep),
-            plot_title=None if args.no_plots else title, groups_of="engines")
+    publish(
+        args.out,
+        out["bench"],
+        out,
+        render(out, args.sweep),
+        plot_title=None if args.no_plots else title,
+        groups_of="engines",
+    )
     return 0

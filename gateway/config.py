@@ -9,14 +9,16 @@ Each engine's keys share its prefix (``embedded_``, ``kokoro_``, ``container_``,
 ``sagemaker_``, ``fake_``) and are read by that engine alone, through its own settings
 dataclass (``section``); the core never reads them.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import os
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Mapping, TypeVar
+from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = ROOT / "config" / "default.toml"
@@ -85,6 +87,10 @@ class Settings:
     # call even when streaming: frozen statistics drift on short ones ("Sure!": -8 dB, 4 dB of
     # timbre) and their whole synthesis is short anyway (docs/STREAMING_VOCODER.md)
     embedded_vocoder_exact_below_s: float = 2.0
+    # once a streamed segment's first chunk is out, its rest in one call when the engine is
+    # slower than real time for it: less engine time (no chunk context, fewer calls), but that
+    # listener's wait comes in one longer piece (docs/STREAMING_VOCODER.md)
+    embedded_vocoder_batch_rest: bool = True
     # the graph: int8 (as shipped), or fp32 / fp16 made from it on first use and cached
     # (gateway/floatgraph); and where it runs: cpu, or cuda (onnxruntime-gpu, never a CPU fallback)
     embedded_precision: str = "int8"
@@ -108,8 +114,10 @@ class Settings:
     agent_url: str = ""  # openai: base URL (http://127.0.0.1:11434/v1); bedrock: endpoint override
     agent_model: str = ""  # the model's name (openai) or Bedrock model / inference profile id
     agent_api_key_env: str = "OPENAI_API_KEY"  # the variable holding the key; the key never goes in a file
-    agent_system_prompt: str = ("You are a helpful voice assistant. Your replies are spoken aloud: answer in "
-                                "two to four short, plain sentences, with no lists, markdown or emoji.")
+    agent_system_prompt: str = (
+        "You are a helpful voice assistant. Your replies are spoken aloud: answer in "
+        "two to four short, plain sentences, with no lists, markdown or emoji."
+    )
     agent_max_tokens: int = 400  # per reply (0: the model's own limit)
     agent_history_turns: int = 20  # earlier turns sent with each new one
     agent_timeout_s: float = 30.0  # for the first token, and for each one after it
@@ -131,12 +139,16 @@ class Settings:
     auth_token: str = ""  # when set, every /v1 route needs `Authorization: Bearer <token>` (or a browser token)
     metrics_token: str = ""  # when set, /metrics needs `Authorization: Bearer <metrics_token>`
     allowed_origins: str = ""  # comma-separated; empty: same origin only (and non-browser clients)
-    max_sessions_per_client: int = 0  # concurrent streaming sessions per client address (0 = off; behind a proxy all clients share one)
+    max_sessions_per_client: int = (
+        0  # concurrent streaming sessions per client address (0 = off; behind a proxy all clients share one)
+    )
     ws_max_message_bytes: int = 65536
     ws_messages_per_s: float = 50.0  # per-session rate limit (token bucket)
     ws_burst: int = 200
     ws_idle_timeout_s: float = 60.0  # no client message and no reply this long: `closing`, close 1000 (0 = never)
-    send_queue_bytes: int = 1 << 20  # a client this far behind is slow: WS closed with 1008, SSE / streamed speech cut off
+    send_queue_bytes: int = (
+        1 << 20
+    )  # a client this far behind is slow: WS closed with 1008, SSE / streamed speech cut off
     send_timeout_s: float = 10.0  # ... and so is one that takes longer to accept one message
     shutdown_grace_s: float = 10.0  # SIGTERM: sessions in flight may finish this long
 
@@ -162,7 +174,7 @@ class Settings:
     sagemaker_voices: str = ""  # comma-separated voice ids the endpoint serves ("": Kokoro-82M English)
     sagemaker_max_concurrency: int = 16  # segments in flight to the endpoint
 
-    def replace(self, **changes: Any) -> "Settings":
+    def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **_coerce_all(changes))
 
 
@@ -226,7 +238,7 @@ def load_settings(
             values.update(_flatten(tomllib.load(fh)))
     for key, raw in env.items():
         if key.startswith(ENV_PREFIX) and key != ENV_PREFIX + "CONFIG":
-            name = key[len(ENV_PREFIX):].lower()
+            name = key[len(ENV_PREFIX) :].lower()
             if name in _FIELDS:
                 values[name] = raw
     values.update({k: v for k, v in (overrides or {}).items() if v is not None})

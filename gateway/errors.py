@@ -4,15 +4,25 @@ HTTP routes turn these into a status and ``{"error": {"code", "message"}}``; the
 into an ``error`` event; the WebSocket channel into an ``error`` event and, where the session
 cannot go on, a close code.
 """
+
 from __future__ import annotations
 
 from typing import Any
 
-
 # The codes of request faults (400s); an upstream gateway (a model container, SageMaker) that
 # answers one of these is passing on the client's fault, not failing itself.
-CLIENT_CODES = frozenset({"bad_request", "empty_input", "invalid_option", "invalid_speed", "too_large",
-                          "unknown_format", "unknown_voice", "unsupported_language"})
+CLIENT_CODES = frozenset(
+    {
+        "bad_request",
+        "empty_input",
+        "invalid_option",
+        "invalid_speed",
+        "too_large",
+        "unknown_format",
+        "unknown_voice",
+        "unsupported_language",
+    }
+)
 
 
 QUOTE_CHARS = 80  # of a client's value quoted in an error message

@@ -1,11 +1,13 @@
 """Shared fixtures: real gateways on loopback ports, real clients, no mocks."""
+
 from __future__ import annotations
 
 import contextlib
 import logging
 import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING
 
 import aiohttp
 import pytest
@@ -60,6 +62,7 @@ async def start_server() -> AsyncIterator[Callable[..., Awaitable[Server]]]:
     """Start a real gateway on a free loopback port: ``await start_server(settings)``. Its engine
     may have failed to load (``server.app[GATEWAY].load_error``): tests of that failure use it."""
     async with contextlib.AsyncExitStack() as stack:
+
         async def start(settings: Settings | None = None, engine: Engine | None = None) -> Server:
             settings = settings or fake_settings()
             url, app = await stack.enter_async_context(serve_gateway(settings, engine, require_engine=False))

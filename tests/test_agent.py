@@ -1,13 +1,15 @@
 """The agent behind ``prompt`` against a real OpenAI-compatible server on loopback
 (``tests/support/openai_stub.py``: real HTTP, real SSE chunks, a required bearer key), with the
 fake engine: streaming into speech, multi-turn history, barge-in, failures, secrecy."""
+
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
 import secrets
-from typing import Any, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import aiohttp
 import pytest
@@ -34,13 +36,23 @@ async def chat() -> AsyncIterator[tuple[ChatStub, str]]:
 
 
 @pytest.fixture
-def agent_server(start_server: Callable[..., Awaitable[Server]], monkeypatch: pytest.MonkeyPatch) -> Callable[..., Awaitable[Server]]:
+def agent_server(
+    start_server: Callable[..., Awaitable[Server]], monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., Awaitable[Server]]:
     monkeypatch.setenv("TEST_AGENT_KEY", KEY)
 
     async def start(url: str, **overrides: Any) -> Server:
-        return await start_server(fake_settings(agent_backend="openai", agent_url=url, agent_model="test-model",
-                                                agent_api_key_env="TEST_AGENT_KEY", agent_system_prompt=SYSTEM,
-                                                **overrides))
+        return await start_server(
+            fake_settings(
+                agent_backend="openai",
+                agent_url=url,
+                agent_model="test-model",
+                agent_api_key_env="TEST_AGENT_KEY",
+                agent_system_prompt=SYSTEM,
+                **overrides,
+            )
+        )
+
     return start
 
 
@@ -87,9 +99,14 @@ async def test_each_turn_sends_the_system_prompt_and_earlier_turns(chat, agent_s
         await talk.turn("And my refund?")
     first, second = stub.requests
     assert first["stream"] is True and first["model"] == "test-model" and first["max_tokens"] == 123
-    assert first["messages"] == [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Where is my order?"}]
+    assert first["messages"] == [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Where is my order?"},
+    ]
     assert second["messages"] == first["messages"] + [
-        {"role": "assistant", "content": "".join(REPLY)}, {"role": "user", "content": "And my refund?"}]
+        {"role": "assistant", "content": "".join(REPLY)},
+        {"role": "user", "content": "And my refund?"},
+    ]
     assert await metric(http, server, 'tts_agent_turns_total{backend="openai",outcome="done"}') == 2
 
 
@@ -137,12 +154,15 @@ async def test_a_turn_cancelled_before_any_audio_leaves_no_trace(chat, agent_ser
     assert [m["role"] for m in stub.requests[1]["messages"]] == ["system", "user"]
 
 
-@pytest.mark.parametrize("failure,code", [
-    ({"status": 500}, "agent_error"),
-    ({"status": 404}, "agent_error"),
-    ({"hang": True}, "agent_timeout"),
-    ({"cut_after": HELD}, "agent_error"),
-])
+@pytest.mark.parametrize(
+    "failure,code",
+    [
+        ({"status": 500}, "agent_error"),
+        ({"status": 404}, "agent_error"),
+        ({"hang": True}, "agent_timeout"),
+        ({"cut_after": HELD}, "agent_error"),
+    ],
+)
 async def test_failures_answer_an_error_and_the_next_turn_works(chat, agent_server, http, failure, code) -> None:
     stub, url = chat
     server = await agent_server(url, agent_timeout_s=0.5)

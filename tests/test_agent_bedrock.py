@@ -1,9 +1,11 @@
 """The Bedrock agent (boto3 ``converse_stream``) against a local stand-in of the runtime API
 speaking AWS's event-stream encoding (``tests/support/bedrock_stub.py``), with the fake engine."""
+
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import aiohttp
 import pytest
@@ -31,16 +33,31 @@ async def bedrock() -> AsyncIterator[tuple[ConverseStub, str]]:
 
 
 @pytest.fixture
-def bedrock_server(start_server: Callable[..., Awaitable[Server]], monkeypatch: pytest.MonkeyPatch) -> Callable[..., Awaitable[Server]]:
-    for name, value in {"AWS_ACCESS_KEY_ID": "AKIDEXAMPLETESTONLY", "AWS_SECRET_ACCESS_KEY": "test-secret-not-real",
-                        "AWS_CONFIG_FILE": "/nonexistent", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
-                        "AWS_EC2_METADATA_DISABLED": "true"}.items():
+def bedrock_server(
+    start_server: Callable[..., Awaitable[Server]], monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., Awaitable[Server]]:
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "AKIDEXAMPLETESTONLY",
+        "AWS_SECRET_ACCESS_KEY": "test-secret-not-real",
+        "AWS_CONFIG_FILE": "/nonexistent",
+        "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }.items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
 
     async def start(url: str, **overrides: Any) -> Server:
-        return await start_server(fake_settings(agent_backend="bedrock", agent_url=url, agent_model=MODEL,
-                                                agent_region="us-east-1", agent_system_prompt=SYSTEM, **overrides))
+        return await start_server(
+            fake_settings(
+                agent_backend="bedrock",
+                agent_url=url,
+                agent_model=MODEL,
+                agent_region="us-east-1",
+                agent_system_prompt=SYSTEM,
+                **overrides,
+            )
+        )
+
     return start
 
 
@@ -64,9 +81,11 @@ async def test_converse_stream_is_spoken_as_it_arrives_turn_after_turn(bedrock, 
     one, two = stub.requests
     assert one["model"] == two["model"] == MODEL
     assert one["body"]["system"] == [{"text": SYSTEM}] and one["body"]["inferenceConfig"] == {"maxTokens": 77}
-    assert two["body"]["messages"] == [text_message("user", "Where is my order?"),
-                                       text_message("assistant", "".join(REPLY)),
-                                       text_message("user", "And my refund?")]
+    assert two["body"]["messages"] == [
+        text_message("user", "Where is my order?"),
+        text_message("assistant", "".join(REPLY)),
+        text_message("user", "And my refund?"),
+    ]
     sse = await sse_stream(http, server.url + "/v1/stream/sse", prompt="Hello?")
     assert sse.of("ready")[0]["agent"] == MODEL and texts([("text", t) for t in sse.of("text")]) == stub.default.tokens
 
@@ -86,12 +105,15 @@ async def test_cancel_stops_the_stream_and_keeps_what_was_heard(bedrock, bedrock
     assert stub.requests[1]["body"]["messages"][1] == text_message("assistant", said)
 
 
-@pytest.mark.parametrize("failure,code", [
-    ({"status": 429, "error_type": "ThrottlingException"}, "agent_error"),
-    ({"status": 500}, "agent_error"),
-    ({"stream_error_after": 2}, "agent_error"),
-    ({"hold_after": 0}, "agent_timeout"),
-])
+@pytest.mark.parametrize(
+    "failure,code",
+    [
+        ({"status": 429, "error_type": "ThrottlingException"}, "agent_error"),
+        ({"status": 500}, "agent_error"),
+        ({"stream_error_after": 2}, "agent_error"),
+        ({"hold_after": 0}, "agent_timeout"),
+    ],
+)
 async def test_failures_answer_an_error_and_the_next_turn_works(bedrock, bedrock_server, http, failure, code) -> None:
     stub, url = bedrock
     server = await bedrock_server(url, agent_timeout_s=1.0)

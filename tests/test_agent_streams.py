@@ -2,9 +2,10 @@
 wrong shapes, missing keys, bytes that are not UTF-8, bodies that are not JSON, a connection
 reset mid-reply. Each one must end the turn with the agent's own error
 (``agent_error``, a ``GatewayError``), never another exception's traceback."""
+
 from __future__ import annotations
 
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp import web

@@ -3,6 +3,7 @@
 Frames come from real encoders (lameenc, PyAV's libmp3lame); everything is decoded back
 with PyAV (ffmpeg) and checked on samples, not on our own bookkeeping.
 """
+
 from __future__ import annotations
 
 import functools
@@ -15,10 +16,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.audio import (CONTENT_TYPES, FORMATS, FrameAligner, Mp3FormatError, count_frames,
-                           encode_all, is_whole_frames, iter_frames, make_encoder, parse_header,
-                           split_frames)
-from gateway.audio import g711
+from gateway.audio import (
+    CONTENT_TYPES,
+    FORMATS,
+    FrameAligner,
+    Mp3FormatError,
+    count_frames,
+    encode_all,
+    g711,
+    is_whole_frames,
+    iter_frames,
+    make_encoder,
+    parse_header,
+    split_frames,
+)
 from gateway.audio.decode import decode_audio, decode_mp3
 from gateway.audio.mp3 import id3v2_size, info_tag, mp3_bitrates
 
@@ -33,16 +44,14 @@ def tone(n: int, *, rate: int = SR, freq: float = 300.0, start: int = 0) -> np.n
 
 
 def lame_stream(rate: int, kbps: int, seconds: float = 0.5) -> bytes:
-    return encode_all("mp3", tone(int(rate * seconds), rate=rate).tobytes(),
-                      sample_rate=rate, bitrate=kbps)
+    return encode_all("mp3", tone(int(rate * seconds), rate=rate).tobytes(), sample_rate=rate, bitrate=kbps)
 
 
 def pyav_packets(rate: int, kbps: int, seconds: float = 0.5) -> list[bytes]:
     """PyAV's libmp3lame yields exactly one frame per packet."""
     ctx = av.CodecContext.create("libmp3lame", "w")
     ctx.sample_rate, ctx.layout, ctx.format, ctx.bit_rate = rate, "mono", "s16", kbps * 1000
-    frame = av.AudioFrame.from_ndarray(tone(int(rate * seconds), rate=rate).reshape(1, -1),
-                                       format="s16", layout="mono")
+    frame = av.AudioFrame.from_ndarray(tone(int(rate * seconds), rate=rate).reshape(1, -1), format="s16", layout="mono")
     frame.sample_rate, frame.pts = rate, 0
     return [bytes(p) for p in [*ctx.encode(frame), *ctx.encode(None)]]
 
@@ -54,8 +63,7 @@ def muxed_mp3() -> bytes:
     with av.open(sink, "w", format="mp3") as out:
         stream = out.add_stream("libmp3lame", rate=SR, layout="mono")
         stream.bit_rate = 64000
-        frame = av.AudioFrame.from_ndarray(tone(SR // 2).reshape(1, -1), format="s16",
-                                           layout="mono")
+        frame = av.AudioFrame.from_ndarray(tone(SR // 2).reshape(1, -1), format="s16", layout="mono")
         frame.sample_rate, frame.pts = SR, 0
         out.mux(stream.encode(frame))
         out.mux(stream.encode(None))
@@ -69,6 +77,7 @@ def stream_64k() -> bytes:
 
 # --- the parser --------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("kbps", MPEG2_L3_KBPS)
 def test_parser_reads_every_lameenc_frame_at_24k(kbps: int) -> None:
     data = lame_stream(SR, kbps)
@@ -81,10 +90,16 @@ def test_parser_reads_every_lameenc_frame_at_24k(kbps: int) -> None:
         assert h.length == 3 * kbps
 
 
-@pytest.mark.parametrize(("rate", "kbps", "version", "samples"),
-                         [(22050, 32, "2", 576), (22050, 64, "2", 576),
-                          (44100, 64, "1", 1152), (44100, 128, "1", 1152),
-                          (11025, 16, "2.5", 576)])
+@pytest.mark.parametrize(
+    ("rate", "kbps", "version", "samples"),
+    [
+        (22050, 32, "2", 576),
+        (22050, 64, "2", 576),
+        (44100, 64, "1", 1152),
+        (44100, 128, "1", 1152),
+        (11025, 16, "2.5", 576),
+    ],
+)
 def test_parser_handles_padded_frames(rate: int, kbps: int, version: str, samples: int) -> None:
     data = lame_stream(rate, kbps, seconds=1.0)
     headers = [h for _, h in iter_frames(data)]
@@ -95,8 +110,9 @@ def test_parser_handles_padded_frames(rate: int, kbps: int, version: str, sample
     assert {h.length for h in padded} == {h.length + 1 for h in headers if not h.padding}
 
 
-@pytest.mark.parametrize(("rate", "kbps"), [(24000, 32), (24000, 64), (24000, 160),
-                                             (22050, 64), (44100, 128), (48000, 96)])
+@pytest.mark.parametrize(
+    ("rate", "kbps"), [(24000, 32), (24000, 64), (24000, 160), (22050, 64), (44100, 128), (48000, 96)]
+)
 def test_parser_matches_pyav_packets(rate: int, kbps: int) -> None:
     packets = pyav_packets(rate, kbps)
     assert len(packets) > 5
@@ -122,13 +138,19 @@ def test_lameenc_writes_no_tag_and_no_info_frame() -> None:
     assert all(info_tag(data[pos:]) is None for pos, _ in iter_frames(data))
 
 
-@pytest.mark.parametrize("word", [b"\x00\x00\x00\x00", b"\xff\xeb\x84\xc4",  # reserved version
-                                  b"\xff\xf1\x84\xc4",  # reserved layer
-                                  b"\xff\xf3\xf4\xc4",  # bitrate index 15
-                                  b"\xff\xf3\x8c\xc4",  # reserved sample rate
-                                  b"\xff\xf3\x04\xc4",  # free format
-                                  b"\xff\xf3\x84\xc6",  # reserved emphasis
-                                  b"\xff\xf3\x84"])  # too short
+@pytest.mark.parametrize(
+    "word",
+    [
+        b"\x00\x00\x00\x00",
+        b"\xff\xeb\x84\xc4",  # reserved version
+        b"\xff\xf1\x84\xc4",  # reserved layer
+        b"\xff\xf3\xf4\xc4",  # bitrate index 15
+        b"\xff\xf3\x8c\xc4",  # reserved sample rate
+        b"\xff\xf3\x04\xc4",  # free format
+        b"\xff\xf3\x84\xc6",  # reserved emphasis
+        b"\xff\xf3\x84",
+    ],
+)  # too short
 def test_parse_header_rejects(word: bytes) -> None:
     assert parse_header(word) is None
     assert parse_header(b"\xff\xf3\x84\xc4") is not None  # the valid one these are cut from
@@ -138,8 +160,7 @@ def test_is_whole_frames_rejects_truncated_and_offset_data() -> None:
     data = stream_64k()
     assert is_whole_frames(data) and is_whole_frames(b"")
     assert is_whole_frames(data[192:])  # a frame boundary (64 kbps at 24 kHz: 192 bytes)
-    for bad in (data[:-1], data[:-191], data[1:], data[100:], data + b"\x00",
-                data[:192] + data[200:], b"junk" + data):
+    for bad in (data[:-1], data[:-191], data[1:], data[100:], data + b"\x00", data[:192] + data[200:], b"junk" + data):
         assert not is_whole_frames(bad)
     with pytest.raises(Mp3FormatError):
         count_frames(data[:-1])
@@ -164,6 +185,7 @@ def test_split_frames_groups_whole_frames() -> None:
 
 
 # --- the aligner -------------------------------------------------------------------------
+
 
 def feed_in_pieces(aligner: FrameAligner, data: bytes, cuts: list[int]) -> list[bytes]:
     bounds = [0, *sorted(set(c % (len(data) + 1) for c in cuts)), len(data)]
@@ -192,7 +214,7 @@ def test_aligner_returns_exactly_the_frames_whatever_the_cuts(cuts: list[int]) -
 def test_aligner_drops_a_leading_id3_tag_cut_anywhere(cuts: list[int]) -> None:
     data = muxed_mp3()
     outs = feed_in_pieces(FrameAligner(), data, cuts)
-    assert b"".join(outs) == data[id3v2_size(data):]
+    assert b"".join(outs) == data[id3v2_size(data) :]
     assert all(is_whole_frames(o) for o in outs)
 
 
@@ -208,8 +230,14 @@ def test_aligner_refuses_junk_and_reports_a_partial_tail() -> None:
 # --- the encoders ------------------------------------------------------------------------
 
 # the demuxer each content type names (PCM: raw s16le, nothing to demux)
-DEMUXER_OF = {"audio/mpeg": "mp3", "audio/wav": "wav", "audio/webm;codecs=opus": "webm", "audio/pcm": None,
-              "audio/PCMU": "ulaw", "audio/PCMA": "alaw"}
+DEMUXER_OF = {
+    "audio/mpeg": "mp3",
+    "audio/wav": "wav",
+    "audio/webm;codecs=opus": "webm",
+    "audio/pcm": None,
+    "audio/PCMU": "ulaw",
+    "audio/PCMA": "alaw",
+}
 
 
 def test_formats_and_content_types() -> None:
@@ -253,7 +281,7 @@ def test_mp3_refuses_bitrates_mpeg2_cannot_carry(kbps: int) -> None:
 @settings(max_examples=25, deadline=None)
 @given(st.lists(st.integers(min_value=1, max_value=3000), min_size=1, max_size=30))
 def test_mp3_encode_returns_whole_frames_for_any_chunking(sizes: list[int]) -> None:
-    pcm = tone(sum(sizes) // 2 + 1).tobytes()[:sum(sizes)]  # odd byte counts included
+    pcm = tone(sum(sizes) // 2 + 1).tobytes()[: sum(sizes)]  # odd byte counts included
     outs = encode_in_pieces("mp3", pcm, sizes)
     assert all(is_whole_frames(o) for o in outs)
     if len(pcm) < 2:
@@ -267,7 +295,7 @@ def test_mp3_first_frame_comes_out_as_soon_as_lame_completes_it() -> None:
     """Lag before the first payload: this adds straight to time to first audio."""
     pcm = tone(SR).tobytes()
     encoder = make_encoder("mp3")
-    fed = next(n + 48 for n in range(0, SR, 48) if encoder.encode(pcm[n * 2:(n + 48) * 2]))
+    fed = next(n + 48 for n in range(0, SR, 48) if encoder.encode(pcm[n * 2 : (n + 48) * 2]))
     # LAME encodes its first frame once 816 samples are in; the bit reservoir can keep that
     # frame's last bytes open for a frame or two more (measured: 1392 here)
     assert fed <= 816 + 2 * 576
@@ -281,7 +309,7 @@ def sentences() -> list[np.ndarray]:
 
 def longest_silence(x: np.ndarray, window: int = 48) -> int:
     n = len(x) // window
-    quiet = np.sqrt((x[:n * window].reshape(n, window) ** 2).mean(axis=1)) < 0.05
+    quiet = np.sqrt((x[: n * window].reshape(n, window) ** 2).mean(axis=1)) < 0.05
     best = run = 0
     for q in quiet:
         run = run + 1 if q else 0
@@ -296,14 +324,14 @@ def test_one_encoder_per_utterance_joins_sentences_without_gaps() -> None:
     one = b"".join(encoder.encode(p.tobytes()) for p in parts) + encoder.flush()
     decoded = decode_mp3(one)
     assert 0 <= len(decoded) - total - LAME_DELAY < 2 * 576
-    speech = decoded[LAME_DELAY:LAME_DELAY + total]
+    speech = decoded[LAME_DELAY : LAME_DELAY + total]
     assert longest_silence(speech) == 0
     reference = np.concatenate(parts).astype(np.float32) / 32768
     assert np.corrcoef(speech, reference)[0, 1] > 0.99  # sample-aligned: nothing lost
 
     fresh = b"".join(encode_all("mp3", p.tobytes()) for p in parts)
     decoded_fresh = decode_mp3(fresh)
-    hole = longest_silence(decoded_fresh[LAME_DELAY:LAME_DELAY + total])
+    hole = longest_silence(decoded_fresh[LAME_DELAY : LAME_DELAY + total])
     assert hole >= 0.045 * SR  # each join: the next encoder's delay plus the last one's padding
     assert len(decoded_fresh) - len(decoded) >= 2 * LAME_DELAY
 
@@ -328,15 +356,15 @@ def test_flush_ends_the_utterance() -> None:
 @settings(max_examples=30, deadline=None)
 @given(st.lists(st.integers(min_value=0, max_value=999), max_size=20))
 def test_pcm_is_passthrough_cut_between_samples(sizes: list[int]) -> None:
-    pcm = tone(sum(sizes) // 2 + 1).tobytes()[:sum(sizes)]
+    pcm = tone(sum(sizes) // 2 + 1).tobytes()[: sum(sizes)]
     outs = encode_in_pieces("pcm", pcm, sizes)
     assert all(len(o) % 2 == 0 for o in outs)
-    assert b"".join(outs) == pcm[:len(pcm) & ~1]
+    assert b"".join(outs) == pcm[: len(pcm) & ~1]
 
 
 def stream(fmt: str, pcm: bytes, chunk: int = 1999) -> list[bytes]:
     encoder = make_encoder(fmt)
-    return [encoder.encode(pcm[i:i + chunk]) for i in range(0, len(pcm), chunk)] + [encoder.flush()]
+    return [encoder.encode(pcm[i : i + chunk]) for i in range(0, len(pcm), chunk)] + [encoder.flush()]
 
 
 def test_wav_streams_with_unknown_size_and_batches_with_the_real_one() -> None:
@@ -363,7 +391,7 @@ def test_opus_webm_streams_incrementally_and_decodes_to_the_input_length() -> No
     assert decoded.sample_rate == 48000
     assert decoded.duration_s == pytest.approx(len(samples) / SR, abs=0.001)
     rms_in = np.sqrt(np.mean((samples / 32768) ** 2))
-    assert np.sqrt(np.mean(decoded.samples ** 2)) == pytest.approx(rms_in, rel=0.1)
+    assert np.sqrt(np.mean(decoded.samples**2)) == pytest.approx(rms_in, rel=0.1)
     batch = decode_audio(encode_all("opus", samples.tobytes()), "opus")
     assert batch.duration_s == pytest.approx(len(samples) / SR, abs=0.001)
 

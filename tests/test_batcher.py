@@ -3,12 +3,13 @@
 ``run_batch`` here is a plain function on a real worker thread: each job is a number, its
 result ten times it, a negative job fails alone, and job 13 fails the whole batch.
 """
+
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
 import threading
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import pytest
 

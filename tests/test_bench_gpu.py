@@ -4,6 +4,7 @@ On a GPU host it measures the same path on CUDA; here the test checks that the s
 preparation (float graphs, converted weights) and its measurements over the gateway's real
 WebSocket path work end to end, and that it says what it would install.
 """
+
 from __future__ import annotations
 
 import json
@@ -44,9 +45,24 @@ def test_install_plan_asks_for_onnxruntime_gpu_where_cuda_is_missing() -> None:
 def test_dry_run_measures_both_engines_over_the_websocket(tmp_path: Path) -> None:
     out = tmp_path / "gpu.json"
     proc = subprocess.run(
-        [sys.executable, "run_gateway.py", "bench", "gpu", "--dry-run", "--configs",
-         "embedded:fp32:cuda,kokoro:fp32:cuda", "--out", str(out), "--kokoro-dir", str(tmp_path / "kokoro-82m")],
-        cwd=ROOT, capture_output=True, text=True, timeout=1500)
+        [
+            sys.executable,
+            "run_gateway.py",
+            "bench",
+            "gpu",
+            "--dry-run",
+            "--configs",
+            "embedded:fp32:cuda,kokoro:fp32:cuda",
+            "--out",
+            str(out),
+            "--kokoro-dir",
+            str(tmp_path / "kokoro-82m"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["dry_run"] and report["reps"] == 1 and report["anchor"]["stream_mean_ms"] == 156.7

@@ -5,6 +5,7 @@ repetition and one or two replies, then checks the JSON it wrote: the expected k
 that are positive, and the orderings the fake engine's timing makes certain (streaming's first
 audio before batch's when synthesis takes 0.3 s per audio second).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -16,7 +17,6 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from gateway.agent import pick_reply, tokenize
 from bench import agent, overhead, ttfb
 from bench import playback as playback_bench
 from bench import timestamps as ts_bench
@@ -24,6 +24,7 @@ from bench.common import playback, stats
 from bench.corpus import REPLIES, agent_prompts
 from bench.player import Arrival, simulate
 from bench.servers import serve_app
+from gateway.agent import pick_reply, tokenize
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -92,8 +93,22 @@ def test_ttfb_streaming_beats_batch_on_fake(tmp_path: Path, capsys: pytest.Captu
 
 
 def test_first_clause_sweep_on_fake(tmp_path: Path) -> None:
-    argv = ["--sweep", "--engines", "fake", "--reps", "1", "--corpus", "1", "--fake-rtf", "0.2",
-            "--clause-words", "1,4", "--out", str(tmp_path), "--no-plots"]
+    argv = [
+        "--sweep",
+        "--engines",
+        "fake",
+        "--reps",
+        "1",
+        "--corpus",
+        "1",
+        "--fake-rtf",
+        "0.2",
+        "--clause-words",
+        "1,4",
+        "--out",
+        str(tmp_path),
+        "--no-plots",
+    ]
     assert ttfb.main(argv) == 0
     res = load(tmp_path / "ttfb-sweep.json")["engines"]["fake"]
     assert set(res["channels"]) == {"off", "words=1", "words=4"}
@@ -105,8 +120,22 @@ def test_first_clause_sweep_on_fake(tmp_path: Path) -> None:
 
 
 def test_agent_streaming_beats_batch_with_the_same_agent(tmp_path: Path) -> None:
-    argv = ["--engine", "fake", "--reps", "1", "--prompts", "1", "--fake-rtf", "0.05", "--first-token-ms", "100",
-            "--tokens-per-s", "200", "--out", str(tmp_path)]
+    argv = [
+        "--engine",
+        "fake",
+        "--reps",
+        "1",
+        "--prompts",
+        "1",
+        "--fake-rtf",
+        "0.05",
+        "--first-token-ms",
+        "100",
+        "--tokens-per-s",
+        "200",
+        "--out",
+        str(tmp_path),
+    ]
     assert agent.main(argv) == 0
     out = load(tmp_path / "agent.json")
     assert out["agent"] == {"first_token_ms": 100.0, "tokens_per_s": 200.0}
@@ -143,9 +172,26 @@ async def test_agent_with_an_openai_compatible_llm(tmp_path: Path) -> None:
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
     async with serve_app(app) as llm_url:
-        args = agent.parse_args(["--engine", "fake", "--reps", "1", "--prompts", "1", "--fake-rtf", "0.1",
-                                 "--llm-url", f"{llm_url}/v1", "--llm-model", "tiny",
-                                 "--no-simulated", "--out", str(tmp_path), "--no-plots"])
+        args = agent.parse_args(
+            [
+                "--engine",
+                "fake",
+                "--reps",
+                "1",
+                "--prompts",
+                "1",
+                "--fake-rtf",
+                "0.1",
+                "--llm-url",
+                f"{llm_url}/v1",
+                "--llm-model",
+                "tiny",
+                "--no-simulated",
+                "--out",
+                str(tmp_path),
+                "--no-plots",
+            ]
+        )
         out = await agent.bench(args)
     res = out["sources"]["llm:tiny"]
     assert set(res["channels"]) == {"batch", "ws_tokens"}
@@ -170,7 +216,6 @@ def test_overhead_parts_add_up_on_fake(tmp_path: Path) -> None:
         assert 0 < o["in_run_ms"] < 1000 and abs(o["overhead_ms"]) < 1000
 
 
-
 def paced(rtf: float, chunks: int, preroll_s: float | None = None) -> list[Arrival]:
     """``chunks`` seconds of audio, one per second of it, each ready ``rtf`` s after the last."""
     head = [Arrival(0.0, preroll_s=preroll_s)] if preroll_s is not None else []
@@ -190,8 +235,7 @@ def paced(rtf: float, chunks: int, preroll_s: float | None = None) -> list[Arriv
         # a preroll longer than the reply: playback starts at done, then never runs dry
         (paced(1.3, 4, preroll_s=10.0), 5.2, 0, 0.0, 9.2),
         # the latest preroll is in force: raised to 2 s at 1.5 s, after the start; resumed at 3.9 s
-        (sorted(paced(1.3, 4, preroll_s=0.0) + [Arrival(1.5, preroll_s=2.0)], key=lambda a: a.t_s),
-         1.3, 1, 1.6, 6.9),
+        (sorted(paced(1.3, 4, preroll_s=0.0) + [Arrival(1.5, preroll_s=2.0)], key=lambda a: a.t_s), 1.3, 1, 1.6, 6.9),
         # synthesis faster than playback: no stall without any preroll
         (paced(0.3, 4), 0.3, 0, 0.0, 4.3),
     ],
@@ -211,8 +255,12 @@ def test_player_honours_the_preroll_in_force(
 
 
 def test_player_counts_only_rebuffers_after_the_start_and_above_the_tolerance() -> None:
-    arrivals = [Arrival(0.5, audio_s=0.1), Arrival(0.605, audio_s=1.0), Arrival(2.0, audio_s=0.5),
-                Arrival(2.0, done=True)]
+    arrivals = [
+        Arrival(0.5, audio_s=0.1),
+        Arrival(0.605, audio_s=1.0),
+        Arrival(2.0, audio_s=0.5),
+        Arrival(2.0, done=True),
+    ]
     p = simulate(arrivals, tolerance_s=0.01)
     assert (p.start_s, p.stalls) == (0.5, 1)  # the wait for the first payload is not a stall; 5 ms is jitter
     assert p.gaps[0] == pytest.approx((1.605, 2.0))
@@ -220,15 +268,31 @@ def test_player_counts_only_rebuffers_after_the_start_and_above_the_tolerance() 
 
 
 def test_playback_bench_on_fake(tmp_path: Path) -> None:
-    argv = ["--engines", "fake", "--rtfs", "0.3", "--reps", "1", "--out", str(tmp_path),
-            "--text", "Sure, I can help with that. Your table is booked for seven."]
+    argv = [
+        "--engines",
+        "fake",
+        "--rtfs",
+        "0.3",
+        "--reps",
+        "1",
+        "--out",
+        str(tmp_path),
+        "--text",
+        "Sure, I can help with that. Your table is booked for seven.",
+    ]
     assert playback_bench.main(argv) == 0
     out = load(tmp_path / "playback.json")
     assert {"text", "reps", "engines", "runs", "rows", "machine_start", "machine_end", "preroll_seen"} <= out.keys()
     assert out["engines"] == {"fake rtf 0.3": {"engine": "fake", "fake_rtf": 0.3}}
     kinds = {(r["scenario"], r["channel"]) for r in out["rows"]}
-    assert kinds == {("one channel", "batch"), ("one channel", "ws"), ("both channels", "sse"),
-                     ("both channels", "ws"), ("busy core", "ws"), ("busy core", "batch")}
+    assert kinds == {
+        ("one channel", "batch"),
+        ("one channel", "ws"),
+        ("both channels", "sse"),
+        ("both channels", "ws"),
+        ("busy core", "ws"),
+        ("busy core", "batch"),
+    }
     words = len(argv[-1].split())
     for r in out["runs"]:
         assert r["audio_s"] == pytest.approx(words * 0.24, abs=0.01)  # the fake's 240 ms a word, all of it
@@ -301,8 +365,16 @@ def test_listeners_bench_on_fake(tmp_path: Path) -> None:
 def test_firstreply_bench_on_fake(tmp_path: Path) -> None:
     from bench import firstreply
 
-    argv = ["--engine", "fake", "--out", str(tmp_path), "--set", "fake_rtf=0.1",
-            "--text", "Hello there! This is a short reply."]
+    argv = [
+        "--engine",
+        "fake",
+        "--out",
+        str(tmp_path),
+        "--set",
+        "fake_rtf=0.1",
+        "--text",
+        "Hello there! This is a short reply.",
+    ]
     assert firstreply.main(argv) == 0
     out = load(tmp_path / "firstreply.json")
     orders = {o["order"]: o for o in out["orders"]}
@@ -314,4 +386,3 @@ def test_firstreply_bench_on_fake(tmp_path: Path) -> None:
     # the rate warm-up runs after the ready line only in the old order
     measured = [any("engine rate measured" in line for line in o["log_after_ready"]) for o in orders.values()]
     assert measured == [True, False]
-

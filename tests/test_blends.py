@@ -3,6 +3,7 @@
 ``check_voice`` turns a request's blend into its canonical id; the Kokoro engines mix packs from
 that id (``kokoro_parts.Blends``), parsing it again. Both must agree on every weight.
 """
+
 from __future__ import annotations
 
 import math
@@ -12,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.kokoro import voicecatalog
 from gateway.errors import BadRequest
+from gateway.kokoro import voicecatalog
 from gateway.kokoro.parts import Blends
 
 VOICES = ("af_bella", "af_sky", "am_adam", "bf_emma")
@@ -38,8 +39,16 @@ def test_weights_may_be_written_as_numbers_are(spec: str) -> None:
     assert blend is not None and voicecatalog.resolve(blend.id, set(VOICES)) == blend.id
 
 
-@pytest.mark.parametrize("spec", ["af_bella(1e)+af_sky", "af_bella(e5)+af_sky", "af_bella(1e-400)+af_sky",
-                                  "af_bella(2e3)+af_sky", "af_bella(600)+af_sky+af_bella(600)"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "af_bella(1e)+af_sky",
+        "af_bella(e5)+af_sky",
+        "af_bella(1e-400)+af_sky",
+        "af_bella(2e3)+af_sky",
+        "af_bella(600)+af_sky+af_bella(600)",
+    ],
+)
 def test_weights_out_of_range_or_misspelt_are_refused(spec: str) -> None:
     """A voice's weight is checked once its parts are summed: the id holds the sum."""
     with pytest.raises(BadRequest) as err:

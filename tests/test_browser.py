@@ -4,23 +4,32 @@ One real gateway (fake engine: tones, streamed at 0.3x real time) and one browse
 module. Every test plays through the demo page as a user would and reads what the page measured
 from ``window.demo``; the payload bytes the page received are checked again here in Python.
 """
+
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import aiohttp
 import pytest
 import pytest_asyncio
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
-from gateway.audio.mp3 import count_frames, is_whole_frames
 from bench.transports import (
-    CHROMIUM, FINISHED_JS, launch_chromium, open_demo, payloads, play, serve, stats,
+    CHROMIUM,
+    FINISHED_JS,
+    launch_chromium,
+    open_demo,
+    payloads,
+    play,
+    serve,
+    stats,
 )
+from gateway.audio.mp3 import count_frames, is_whole_frames
 from gateway.config import load_settings
 from gateway.kokoro.timestamps import words_of
 from tests.conftest import fake_settings
@@ -81,7 +90,10 @@ async def wait_decoded(page: Any, names: list[str]) -> dict[str, Any]:
     await page.wait_for_function(
         """(names) => names.every((n) => { const s = window.demo.channels[n];
              return s && s.done && s.decode.pending === 0 && s.decode.payloads === s.audioMessages; })""",
-        arg=names, timeout=20_000, polling=50)
+        arg=names,
+        timeout=20_000,
+        polling=50,
+    )
     return await stats(page)
 
 
@@ -140,7 +152,8 @@ async def test_naive_byte_chunking_damage_is_detected(page: Any) -> None:
 async def test_stop_silences_both_channels_within_200ms_and_keeps_the_socket(page: Any) -> None:
     await play(page, "both", wait=False, text=LONG, fmt="mp3")
     await page.wait_for_function(
-        "() => ['sse', 'ws'].every((n) => window.demo.channels[n].soundMs >= 300)", timeout=20_000, polling=20)
+        "() => ['sse', 'ws'].every((n) => window.demo.channels[n].soundMs >= 300)", timeout=20_000, polling=20
+    )
     await page.click("#stop")
     settled = """() => ['sse', 'ws'].every((n) => window.demo.channels[n].cancel.silentMs !== null)
                   && window.demo.channels.ws.cancel.cancelledMs !== null"""
@@ -189,13 +202,14 @@ async def test_agent_reply_streams_captions(page: Any) -> None:
     assert highlighted.strip() in [s["text"] for s in st["sentences"] if s["playMs"] is not None]
 
 
-
 async def test_the_conversation_names_the_agent_and_goes_on_one_socket(page: Any) -> None:
     assert "simulated" in await page.inner_text("#agent-name")
     await play(page, "ws", wait=False, prompt="Where is my order?", fmt="mp3")
     await page.wait_for_function("() => window.demo.channels.ws && window.demo.channels.ws.done", timeout=15_000)
     # the turn is over and the socket stays open for the next one
-    assert await page.evaluate("() => window.demo.transports.ws.turnOver && window.demo.transports.ws.ws.readyState === 1")
+    assert await page.evaluate(
+        "() => window.demo.transports.ws.turnOver && window.demo.transports.ws.ws.readyState === 1"
+    )
     await play(page, "ws", wait=False, prompt="And my refund?", fmt="mp3")
     await page.wait_for_function("() => window.demo.channels.ws.done", timeout=15_000)
     st = await stats(page, "ws")
@@ -250,7 +264,8 @@ async def test_karaoke_follows_the_words_and_stop_says_what_was_heard(page: Any)
     await play(page, "both", wait=False, text=LONG, fmt="mp3")
     # the highlighted word moves on with playback, on both channels
     await page.wait_for_function(
-        "() => ['sse', 'ws'].every((n) => window.demo.channels[n].wordLog.length >= 4)", timeout=20_000, polling=20)
+        "() => ['sse', 'ws'].every((n) => window.demo.channels[n].wordLog.length >= 4)", timeout=20_000, polling=20
+    )
     shown = await page.inner_text("#panel-ws .captions .w.now")
     await page.click("#stop")
     await page.wait_for_function("() => window.demo.channels.ws.cancel.server !== null", timeout=5_000, polling=20)
@@ -265,7 +280,7 @@ async def test_karaoke_follows_the_words_and_stop_says_what_was_heard(page: Any)
         assert [e["index"] for e in log] == sorted({e["index"] for e in log}), (name, log)
         for e in log:  # highlighted once it had started, and not after the next one started
             assert words[e["index"]]["start_ms"] <= e["playedMs"], (name, e)
-            after = words[e["index"] + 1:]
+            after = words[e["index"] + 1 :]
             assert not after or e["playedMs"] < after[0]["start_ms"] + 100, (name, e)
         played = st["cancel"]["playedMs"]
         assert played >= log[-1]["playedMs"] > 0, name
@@ -297,8 +312,7 @@ async def slow_url() -> AsyncIterator[str]:
 
 
 @pytest.mark.parametrize("fmt", ["mp3", "pcm"])  # MediaSource, WebAudio
-async def test_players_hold_the_servers_preroll_then_play_without_gaps(
-        browser: Any, slow_url: str, fmt: str) -> None:
+async def test_players_hold_the_servers_preroll_then_play_without_gaps(browser: Any, slow_url: str, fmt: str) -> None:
     page = await open_demo(browser, slow_url)
     try:
         runs = await play(page, "both", text=SLOW_TEXT, fmt=fmt, timeout_s=60)

@@ -1,6 +1,7 @@
 """The demo page on a gateway with ``auth_token`` set, in Debian's Chromium (issue 22): it plays
 a reply with a browser token from its URL fragment, and the token never travels in a URL.
 """
+
 from __future__ import annotations
 
 import logging
@@ -24,12 +25,17 @@ pytestmark = [
 MASTER = "the-servers-own-key"
 
 
-async def test_the_demo_page_plays_with_a_token_from_its_fragment(start_server, caplog: pytest.LogCaptureFixture) -> None:
+async def test_the_demo_page_plays_with_a_token_from_its_fragment(
+    start_server, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, logger="aiohttp.access")
     server = await start_server(fake_settings(auth_token=MASTER, fake_rtf=0.3, cache_mb=0))
     async with aiohttp.ClientSession() as http:  # the page's own server mints, with the master key
-        async with http.post(server.url + "/v1/tokens", json={"ttl_s": 300, "scope": ["ws", "sse", "voices"]},
-                             headers={"Authorization": f"Bearer {MASTER}"}) as r:
+        async with http.post(
+            server.url + "/v1/tokens",
+            json={"ttl_s": 300, "scope": ["ws", "sse", "voices"]},
+            headers={"Authorization": f"Bearer {MASTER}"},
+        ) as r:
             token = (await r.json())["token"]
     async with async_playwright() as pw:
         browser = await launch_chromium(pw)

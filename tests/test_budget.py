@@ -3,23 +3,25 @@
 Deterministic: listeners and the budget run on a clock the test sets; the scheduler's order
 is the order slots were granted; admission is the budget's verdict on known work.
 """
+
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import aiohttp
 import pytest
 
 from bench.player import Arrival, simulate
-from gateway.core.budget import Budget, Job, Stream, edf, late, newcomer, share_key
 from gateway.config import Settings
-from gateway.errors import Overloaded
+from gateway.core.budget import Budget, Job, Stream, edf, late, newcomer, share_key
+from gateway.core.engine_rate import EngineRate
 from gateway.core.listener import Listener
 from gateway.core.options import StreamOptions
 from gateway.core.schedule import oracle_start
 from gateway.core.scheduler import EngineScheduler
-from gateway.core.engine_rate import EngineRate
+from gateway.errors import Overloaded
 from gateway.web.state import GATEWAY
 from tests.conftest import Server
 
@@ -42,9 +44,18 @@ def steady_rate(rtf: float) -> EngineRate:
     return rate
 
 
-def listener(rate: EngineRate, clock: Clock, budget: Budget | None = None, settings: Settings | None = None) -> Listener:
-    return Listener(rate, settings or Settings(), StreamOptions(voice="tone_a"), requested=None,
-                    sample_rate=RATE, budget=budget, clock=clock)
+def listener(
+    rate: EngineRate, clock: Clock, budget: Budget | None = None, settings: Settings | None = None
+) -> Listener:
+    return Listener(
+        rate,
+        settings or Settings(),
+        StreamOptions(voice="tone_a"),
+        requested=None,
+        sample_rate=RATE,
+        budget=budget,
+        clock=clock,
+    )
 
 
 class Fixed:
@@ -119,7 +130,9 @@ def test_preroll_counts_the_work_queued_ahead() -> None:
     mine = shared.stream(shared.audio_of(texts), clock.t, None, current=False)
     others, free = budget.streams(exclude=shared)
     finish = edf([*others, mine], free)[-1]
-    arrivals = [Arrival(0.0, preroll_s=need / 1000)] + [Arrival(t, audio_s=j.audio_s) for t, j in zip(finish, mine.jobs)]
+    arrivals = [Arrival(0.0, preroll_s=need / 1000)] + [
+        Arrival(t, audio_s=j.audio_s) for t, j in zip(finish, mine.jobs)
+    ]
     played = simulate(sorted(arrivals, key=lambda x: x.t_s) + [Arrival(finish[-1], done=True)])
     assert played.stalls == 0
     assert played.start_s >= oracle_start([(t, j.audio_s) for t, j in zip(finish, mine.jobs)]) - 1e-9
@@ -176,7 +189,7 @@ class Sharing(Fixed):
 
 
 def test_a_reply_that_shares_its_synthesis_is_admitted_with_its_twin_and_counted_once() -> None:
-    """"Play both": the same text on two channels is one reply's engine work, not two."""
+    """ "Play both": the same text on two channels is one reply's engine work, not two."""
     clock, rate = Clock(), steady_rate(0.5)
     settings = Settings(max_start_s=1.0, queue_timeout_s=60.0)
     budget = Budget(rate, EngineScheduler(slots=1), settings, clock=clock)
@@ -192,8 +205,11 @@ def test_a_reply_that_shares_its_synthesis_is_admitted_with_its_twin_and_counted
         v = budget.admit(audio, None, share_key("tone_a", 1.0, None, mine, True))
         assert v.wait_s == 0.0 and v.start_s == pytest.approx(0.4)
     # another voice, speed or text shares nothing
-    for other in (share_key("tone_b", 1.0, None, texts, True), share_key("tone_a", 1.2, None, texts, True),
-                  share_key("tone_a", 1.0, None, texts[:2] + ["Something else."], True)):
+    for other in (
+        share_key("tone_b", 1.0, None, texts, True),
+        share_key("tone_a", 1.2, None, texts, True),
+        share_key("tone_a", 1.0, None, texts[:2] + ["Something else."], True),
+    ):
         assert budget.admit(audio, None, other).wait_s > 0
     budget.add(Sharing([(0.9, k + 1.0) for k in range(5)], texts, clock, start_s=0.4))
     assert (budget.load(), budget.backlog_s()) == (load, backlog)  # its twin's work, counted once
@@ -204,12 +220,15 @@ def test_a_reply_that_shares_its_synthesis_is_admitted_with_its_twin_and_counted
     assert second.shared_preroll_s([f"Another sentence {k}." for k in range(5)]) > 0
 
 
-@pytest.mark.parametrize(("arrivals", "start"), [
-    ([], 0.0),
-    ([(0.2, 1.0), (0.9, 1.0), (1.5, 1.0)], 0.2),  # ahead of playback from the first payload
-    ([(0.5, 1.0), (1.0, 1.0), (3.0, 1.0)], 1.0),  # the third comes 1 s after its place
-    ([(2.0, 0.5), (2.1, 0.5), (2.2, 3.0), (6.0, 1.0)], 2.0),  # 6.0 - 4.0 audio before it
-])
+@pytest.mark.parametrize(
+    ("arrivals", "start"),
+    [
+        ([], 0.0),
+        ([(0.2, 1.0), (0.9, 1.0), (1.5, 1.0)], 0.2),  # ahead of playback from the first payload
+        ([(0.5, 1.0), (1.0, 1.0), (3.0, 1.0)], 1.0),  # the third comes 1 s after its place
+        ([(2.0, 0.5), (2.1, 0.5), (2.2, 3.0), (6.0, 1.0)], 2.0),  # 6.0 - 4.0 audio before it
+    ],
+)
 def test_the_oracle_start(arrivals: list[tuple[float, float]], start: float) -> None:
     assert oracle_start(arrivals) == pytest.approx(start)
     # a player that starts there plays through; a little earlier, it runs dry
@@ -222,18 +241,41 @@ def test_the_oracle_start(arrivals: list[tuple[float, float]], start: float) -> 
             assert simulate([Arrival(0.0, preroll_s=early), *played]).stalls > 0
 
 
-WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet",
-         "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango")
+WORDS = (
+    "alpha",
+    "bravo",
+    "charlie",
+    "delta",
+    "echo",
+    "foxtrot",
+    "golf",
+    "hotel",
+    "india",
+    "juliet",
+    "kilo",
+    "lima",
+    "mike",
+    "november",
+    "oscar",
+    "papa",
+    "quebec",
+    "romeo",
+    "sierra",
+    "tango",
+)
 
 
 def reply(k: int, sentences: int = 5, words: int = 6) -> str:
     """A reply of its own (no segment shared with another listener's)."""
-    return " ".join(" ".join(f"{WORDS[(k * 7 + s * 3 + w) % len(WORDS)]}{k}" for w in range(words)).capitalize() + "."
-                    for s in range(sentences))
+    return " ".join(
+        " ".join(f"{WORDS[(k * 7 + s * 3 + w) % len(WORDS)]}{k}" for w in range(words)).capitalize() + "."
+        for s in range(sentences)
+    )
 
 
-async def paced_gateway(start_server: Callable[..., Awaitable[Server]], http: aiohttp.ClientSession, warm_up: str,
-                        **settings: Any) -> tuple[Server, str]:
+async def paced_gateway(
+    start_server: Callable[..., Awaitable[Server]], http: aiohttp.ClientSession, warm_up: str, **settings: Any
+) -> tuple[Server, str]:
     """A gateway on one fake engine computing one segment at a time (``fake_rtf`` and the
     budget's limits in ``settings``), its engine rate measured on ``warm_up``: (server, SSE URL)."""
     from bench.client import sse_stream
@@ -253,13 +295,21 @@ async def until_members(server: Server, n: int) -> None:
 
 
 async def test_a_fourth_listener_on_an_engine_for_three_is_queued_while_the_three_play_through(
-        start_server, http) -> None:
+    start_server, http
+) -> None:
     from bench.client import sse_stream
     from bench.player import session_run
 
     # one engine computing one segment at a time at RTF 0.25: three listeners take 0.75 of it
-    server, url = await paced_gateway(start_server, http, reply(9, sentences=8, words=3), fake_rtf=0.25,
-                                      max_start_s=3.0, queue_timeout_s=30.0, cache_mb=0)
+    server, url = await paced_gateway(
+        start_server,
+        http,
+        reply(9, sentences=8, words=3),
+        fake_rtf=0.25,
+        max_start_s=3.0,
+        queue_timeout_s=30.0,
+        cache_mb=0,
+    )
     first = [asyncio.create_task(sse_stream(http, url, text=reply(k), format="pcm")) for k in range(3)]
     await until_members(server, 3)
     fourth = await sse_stream(http, url, text=reply(3), format="pcm")
@@ -271,13 +321,20 @@ async def test_a_fourth_listener_on_an_engine_for_three_is_queued_while_the_thre
     assert fourth.done is not None
 
 
-
 async def test_a_listener_the_engine_cannot_fit_is_refused_with_retry_after_and_the_load_is_published(
-        start_server, http) -> None:
+    start_server, http
+) -> None:
     from bench.client import sse_stream, ws_stream
 
-    server, url = await paced_gateway(start_server, http, reply(8, sentences=6, words=3), fake_rtf=0.6, max_start_s=1.0,
-                                      queue_timeout_s=1.0, cache_mb=0)
+    server, url = await paced_gateway(
+        start_server,
+        http,
+        reply(8, sentences=6, words=3),
+        fake_rtf=0.6,
+        max_start_s=1.0,
+        queue_timeout_s=1.0,
+        cache_mb=0,
+    )
     playing = asyncio.create_task(sse_stream(http, url, text=reply(0, sentences=8, words=3), format="pcm"))
     await until_members(server, 1)
     async with http.get(server.url + "/readyz") as r:
@@ -300,8 +357,9 @@ async def test_play_both_is_one_reply_of_work_not_two(start_server, http) -> Non
     an engine too busy for a second reply of its own (which is refused, as control)."""
     from bench.client import sse_stream, ws_stream
 
-    server, url = await paced_gateway(start_server, http, reply(8, sentences=6, words=3), fake_rtf=0.6, max_start_s=1.0,
-                                      queue_timeout_s=1.0)
+    server, url = await paced_gateway(
+        start_server, http, reply(8, sentences=6, words=3), fake_rtf=0.6, max_start_s=1.0, queue_timeout_s=1.0
+    )
     text = reply(0, sentences=8, words=3)
     playing = asyncio.create_task(sse_stream(http, url, text=text, format="pcm"))
     await until_members(server, 1)
@@ -314,8 +372,14 @@ async def test_play_both_is_one_reply_of_work_not_two(start_server, http) -> Non
     assert (await playing).done is not None
     async with http.get(server.url + "/metrics") as r:
         metrics = await r.text()
-    joined = [line for line in metrics.splitlines() if line.startswith("tts_synthesis_cache_total")
-              and 'outcome="join"' in line or line.startswith("tts_synthesis_cache_total") and 'outcome="hit"' in line]
+    joined = [
+        line
+        for line in metrics.splitlines()
+        if line.startswith("tts_synthesis_cache_total")
+        and 'outcome="join"' in line
+        or line.startswith("tts_synthesis_cache_total")
+        and 'outcome="hit"' in line
+    ]
     assert sum(float(line.rsplit(" ", 1)[1]) for line in joined) > 0  # the work was shared, not redone
 
 
@@ -343,3 +407,21 @@ def test_margins_learn_what_the_arrivals_needed() -> None:
     learned = rate.safety(1.15, "default")
     assert 1.0 <= learned < 1.15 and learned == Margins.factor(rate.margins, "default")
     assert rate.safety(1.15, "exact") == 1.15  # another mode learns on its own
+
+
+def test_a_whole_segment_a_little_longer_than_forecast_needs_no_stretch() -> None:
+    """The forecast held its first segment (1.33 s, estimated from its text) and started
+    before the second; the engine made 1.44 s, and the oracle start fell just past that
+    arrival. A player told any hold above 1.44 s starts at the second segment, where the
+    forecast's own preroll already put it: stretch 1. (Counting the second segment in what
+    was needed asked for a stretch that takes in a third: 1.8 on an engine exactly on time.)"""
+    from gateway.core.margins import needed_hold, needed_stretch
+    from gateway.core.schedule import Forecast
+    from gateway.core.schedule import preroll_s as preroll
+
+    segments = [Forecast(1.33, 1.06), Forecast(1.97, 1.58), Forecast(1.82, 1.46), Forecast(2.17, 1.73)]
+    at = lambda s: preroll(segments, 0.0, s)  # noqa: E731
+    came = [(1.152, 1.44), (2.688, 1.92), (4.416, 2.16), (6.144, 2.16)]
+    assert oracle_start(came) == pytest.approx(1.248)
+    assert needed_hold(came) == pytest.approx(1.441)
+    assert at(1.0) == pytest.approx(3.30) and needed_stretch(at, came) == 1.0

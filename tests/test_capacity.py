@@ -1,5 +1,6 @@
 """The capacity tool (bench.capacity) on the paced fake engine, briefly: its figures are for
 benchmarks; here only that a level measures what it says it does."""
+
 from __future__ import annotations
 
 from bench.capacity import Plan, sweep

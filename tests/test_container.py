@@ -4,6 +4,7 @@ The container runs as a real subprocess (``run_gateway.py container --engine fak
 loopback port; the gateway runs in-process with ``engine=container`` pointing at it. Nothing is
 mocked: clients speak real WebSockets to real servers.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -17,24 +18,25 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, AsyncIterator, Iterator
+from typing import IO, Any
 
 import aiohttp
 import pytest
 from aiohttp import web
 
-from gateway.kokoro.timestamps import WordTimes
-from gateway.config import Settings
-from gateway.audio.decode import decode_mp3
-from gateway.audio.mp3 import is_whole_frames
 from bench.client import ws_stream
 from bench.servers import serve_app, serve_gateway
-from gateway.web.container import STREAM_PATH, make_container_app
+from gateway.audio.decode import decode_mp3
+from gateway.audio.mp3 import is_whole_frames
+from gateway.config import Settings
+from gateway.core.segmenter import split_text
 from gateway.engines.fake import FakeEngine, fake_duration_s
 from gateway.errors import EngineError
-from gateway.core.segmenter import split_text
+from gateway.kokoro.timestamps import WordTimes
+from gateway.web.container import STREAM_PATH, make_container_app
 from gateway.web.state import GATEWAY
 
 from .conftest import Server, fake_settings, free_port
@@ -63,15 +65,28 @@ class Container:
     def ws_url(self) -> str:
         return f"ws://127.0.0.1:{self.port}{STREAM_PATH}"
 
-    def start(self) -> "Container":
+    def start(self) -> Container:
         env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
         self.log.seek(0)
         self.log.truncate()
         sets = [arg for item in self.settings for arg in ("--set", item)]
         self.proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "run_gateway.py"), "container", "--engine", "fake", *sets,
-             "--host", "127.0.0.1", "--port", str(self.port)],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=self.log,
+            [
+                sys.executable,
+                str(ROOT / "run_gateway.py"),
+                "container",
+                "--engine",
+                "fake",
+                *sets,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=self.log,
         )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -167,8 +182,9 @@ async def test_invocations_batch(container: Container, http: aiohttp.ClientSessi
         audio = await resp.read()
     assert is_whole_frames(audio)
     assert abs(len(decode_mp3(audio)) / 24000 - fake_duration_s(REPLY)) < 0.1
-    async with http.post(container.url + "/invocations", data="Hello there.",
-                         headers={"Content-Type": "text/plain"}) as resp:
+    async with http.post(
+        container.url + "/invocations", data="Hello there.", headers={"Content-Type": "text/plain"}
+    ) as resp:
         assert resp.status == 200 and resp.content_type == "audio/mpeg"
     async with http.post(container.url + "/invocations", json={"input": "Two words.", "format": "pcm"}) as resp:
         assert resp.status == 200 and resp.content_type == "audio/pcm"
@@ -179,7 +195,9 @@ async def test_invocations_batch(container: Container, http: aiohttp.ClientSessi
         assert resp.status == 400 and (await resp.json())["error"]["code"] == "unknown_voice"
 
 
-async def test_stream_takes_binary_control_frames_and_keeps_the_socket(container: Container, http: aiohttp.ClientSession) -> None:
+async def test_stream_takes_binary_control_frames_and_keeps_the_socket(
+    container: Container, http: aiohttp.ClientSession
+) -> None:
     async with http.ws_connect(container.ws_url, max_msg_size=0) as ws:
         for reply in range(2):  # two replies on one socket: done leaves it open
             for message in ({"type": "start", "voice": "tone_a"}, {"type": "text", "text": REPLY}, {"type": "end"}):
@@ -190,7 +208,10 @@ async def test_stream_takes_binary_control_frames_and_keeps_the_socket(container
             kinds = [e["type"] for e in events]
             assert kinds[0] == "ready" and kinds[-1] == "done", events
             assert [e["text"] for e in events if e["type"] == "sentence"] == [
-                "Sure, I can help with that.", "The train leaves at nine tonight.", "Does that work for you?"]
+                "Sure, I can help with that.",
+                "The train leaves at nine tonight.",
+                "Does that work for you?",
+            ]
             assert payloads and all(is_whole_frames(p) for p in payloads)
             audio = b"".join(payloads)
             assert abs(len(decode_mp3(audio)) / 24000 - expected_seconds(REPLY)) < 0.1
@@ -236,7 +257,9 @@ async def test_ping_is_503_until_the_engine_is_loaded(http: aiohttp.ClientSessio
             assert resp.status == 200
 
 
-async def test_container_that_failed_to_load_fails_the_gateway_at_once(start_server, http: aiohttp.ClientSession) -> None:
+async def test_container_that_failed_to_load_fails_the_gateway_at_once(
+    start_server, http: aiohttp.ClientSession
+) -> None:
     async with in_process_container(BrokenEngine(fake_settings())) as (c, app):
         await app[GATEWAY].ready.wait()
         async with http.get(c.url + "/ping") as resp:
@@ -251,7 +274,9 @@ async def test_container_that_failed_to_load_fails_the_gateway_at_once(start_ser
 
 
 # -- the gateway in front of it ----------------------------------------------------------------
-async def test_gateway_streams_through_the_container(container: Container, start_server, http: aiohttp.ClientSession) -> None:
+async def test_gateway_streams_through_the_container(
+    container: Container, start_server, http: aiohttp.ClientSession
+) -> None:
     server = await gateway_for(start_server, container)
     async with http.get(server.url + "/v1/voices") as resp:
         body = await resp.json()
@@ -271,8 +296,9 @@ async def test_gateway_streams_through_the_container(container: Container, start
     assert engine.pool.opened == 1 and engine.retries == 0
 
 
-async def test_killed_container_gives_error_then_gateway_recovers(own_container: Container, start_server,
-                                                                  http: aiohttp.ClientSession) -> None:
+async def test_killed_container_gives_error_then_gateway_recovers(
+    own_container: Container, start_server, http: aiohttp.ClientSession
+) -> None:
     server = await gateway_for(start_server, own_container)
     first = await ws_stream(http, server.ws_url, text="Hello there.")
     assert first.done is not None
@@ -300,8 +326,16 @@ class ModalFake(FakeEngine):
         self.declare(vocoder_modes=self.modes, default_vocoder="frozen-first")
         self.asked: list[tuple[str | None, float]] = []
 
-    def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
-                   buffered_s: float = 0.0, timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:
+    def synthesize(
+        self,
+        text: str,
+        *,
+        voice: str,
+        speed: float,
+        vocoder: str | None = None,
+        buffered_s: float = 0.0,
+        timestamps: bool = False,
+    ) -> AsyncIterator[bytes | WordTimes]:
         self.asked.append((vocoder, buffered_s))
         return super().synthesize(text, voice=voice, speed=speed, timestamps=timestamps)
 
@@ -313,8 +347,9 @@ async def test_gateway_forwards_vocoder_and_the_listeners_buffer(http: aiohttp.C
     # the gateway stops (closing its pooled socket) before the container: a container stopped
     # first waits out its shutdown timeout for that socket (2 minutes of nothing)
     async with serve_app(make_container_app(fake_settings(), modal)) as container_url:
-        settings = fake_settings(engine="container",
-                                 container_url=container_url.replace("http://", "ws://") + STREAM_PATH)
+        settings = fake_settings(
+            engine="container", container_url=container_url.replace("http://", "ws://") + STREAM_PATH
+        )
         async with serve_gateway(settings) as (url, app):
             assert app[GATEWAY].engine.vocoder_modes == ModalFake.modes
             ws_url = url.replace("http://", "ws://") + "/v1/stream/ws"
@@ -352,8 +387,9 @@ async def test_container_closes_an_idle_pooled_socket_at_once_on_sigterm(http: a
         assert code == 0
 
 
-async def test_gateway_shutdown_closes_its_pooled_sockets_first(container: Container, start_server,
-                                                                http: aiohttp.ClientSession) -> None:
+async def test_gateway_shutdown_closes_its_pooled_sockets_first(
+    container: Container, start_server, http: aiohttp.ClientSession
+) -> None:
     server = await gateway_for(start_server, container)
     assert (await ws_stream(http, server.ws_url, text="Hello there.")).done is not None
     assert await container_streams(http, container) == 1  # the gateway's pooled idle socket

@@ -1,27 +1,29 @@
 """The engine contract: each engine declares what it can do, options are checked once against
 that declaration with one code per fault on every channel, and an engine's settings stay its own."""
+
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import aiohttp
 import pytest
 
 from bench.client import sse_stream
 from bench.servers import serve_app
-from gateway.kokoro.timestamps import WordTimes
-from gateway.core.batch import synthesize_pcm
 from gateway.config import Settings, load_settings, section
-from gateway.web.container import STREAM_PATH, make_container_app
+from gateway.core.batch import synthesize_pcm
+from gateway.core.options import parse_options
+from gateway.core.stream import StreamSession
+from gateway.core.synthesis import SynthesisHub
 from gateway.engines.embedded import EmbeddedSettings
 from gateway.engines.fake import FakeEngine, fake_duration_s
 from gateway.engines.sagemaker import SageMakerEngine, SageMakerOptions
 from gateway.errors import BadRequest
-from gateway.core.options import parse_options
-from gateway.core.stream import StreamSession
-from gateway.core.synthesis import SynthesisHub
+from gateway.kokoro.timestamps import WordTimes
+from gateway.web.container import STREAM_PATH, make_container_app
 
 from .conftest import Server, fake_settings
 
@@ -61,9 +63,9 @@ async def container_url() -> AsyncIterator[str]:
 
 
 @pytest.mark.parametrize("fault,code", FAULTS)
-async def test_each_fault_has_one_code_on_every_channel(fake_server: Server, container_url: str, start_server,
-                                                       http: aiohttp.ClientSession, fault: dict[str, Any],
-                                                       code: str) -> None:
+async def test_each_fault_has_one_code_on_every_channel(
+    fake_server: Server, container_url: str, start_server, http: aiohttp.ClientSession, fault: dict[str, Any], code: str
+) -> None:
     sse = await sse_stream(http, fake_server.url + "/v1/stream/sse", text="Hi.", **fault)
     assert sse.error is not None and (sse.error["status"], sse.error["code"]) == (400, code)
     assert await ws_error(fake_server.ws_url, http, fault) == (code, 1008)
@@ -102,8 +104,12 @@ def test_engines_refuse_what_their_declaration_lacks() -> None:
     assert caps.vocoder_modes == () and caps.default_vocoder is None and caps.timestamps is False
     assert caps.languages == ("en-US", "en-GB") and caps.formats == ("pcm",)
     settings = Settings()
-    for raw, code in (({"vocoder": "exact"}, "invalid_option"), ({"voice": "af_bella"}, "unknown_voice"),
-                      ({"voice": "af_heart+bf_emma"}, "unknown_voice"), ({"speed": 2.5}, "invalid_speed")):
+    for raw, code in (
+        ({"vocoder": "exact"}, "invalid_option"),
+        ({"voice": "af_bella"}, "unknown_voice"),
+        ({"voice": "af_heart+bf_emma"}, "unknown_voice"),
+        ({"speed": 2.5}, "invalid_speed"),
+    ):
         with pytest.raises(BadRequest) as err:
             parse_options(raw, settings, engine)
         assert err.value.code == code, raw
@@ -120,8 +126,9 @@ def test_a_declared_speed_range_is_the_one_checked() -> None:
         assert err.value.code == "invalid_speed" and "1.25" in err.value.message
 
 
-async def test_gateway_on_a_container_without_modes_refuses_vocoder(container_url: str, start_server,
-                                                                    http: aiohttp.ClientSession) -> None:
+async def test_gateway_on_a_container_without_modes_refuses_vocoder(
+    container_url: str, start_server, http: aiohttp.ClientSession
+) -> None:
     ws_url = container_url.replace("http://", "ws://") + STREAM_PATH
     gateway = await start_server(fake_settings(engine="container", container_url=ws_url))
     assert gateway.engine.capabilities.vocoder_modes == ()
@@ -149,8 +156,16 @@ class FrozenFake(FakeEngine):
         self.declare(vocoder_modes=("exact", "frozen"), default_vocoder="frozen")
         self.modes: list[str | None] = []
 
-    def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
-                   buffered_s: float = 0.0, timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:
+    def synthesize(
+        self,
+        text: str,
+        *,
+        voice: str,
+        speed: float,
+        vocoder: str | None = None,
+        buffered_s: float = 0.0,
+        timestamps: bool = False,
+    ) -> AsyncIterator[bytes | WordTimes]:
         self.modes.append(vocoder)
         return super().synthesize(text, voice=voice, speed=speed, timestamps=timestamps)
 
@@ -177,7 +192,7 @@ async def test_the_core_reads_no_engine_setting_and_takes_the_default_mode_from_
 
 def test_each_engine_reads_its_own_section_from_every_source(tmp_path: Path) -> None:
     toml = tmp_path / "g.toml"
-    toml.write_text("[embedded]\nthreads = 3\nvocoder = \"exact\"\n")
+    toml.write_text('[embedded]\nthreads = 3\nvocoder = "exact"\n')
     from_toml = section(load_settings(toml, env={}), "embedded", EmbeddedSettings)
     assert (from_toml.threads, from_toml.vocoder) == (3, "exact")
     from_env = load_settings(toml, env={"GATEWAY_EMBEDDED_THREADS": "4"})

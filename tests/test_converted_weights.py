@@ -8,6 +8,7 @@ export's inverse STFT (a transposed convolution over a window sum) is 1.5 times 
 ``istft``, so the torch model is 3.5 dB quieter. Distances are taken with that gain undone,
 against the model's own chaos floor (2.6-3.5 dB frame LSD, README).
 """
+
 from __future__ import annotations
 
 import logging
@@ -41,8 +42,13 @@ def hub_offline(monkeypatch: pytest.MonkeyPatch) -> None:
 def kokoro_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One conversion for the module, through the command line as a user runs it."""
     out = tmp_path_factory.mktemp("kokoro-82m")
-    proc = subprocess.run([sys.executable, str(ROOT / "run_gateway.py"), "convert-weights", "--out", str(out)],
-                          capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "run_gateway.py"), "convert-weights", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert sorted(p.name for p in out.iterdir()) == ["SOURCE.json", "config.json", "kokoro-v1_0.pth"]
     return out
@@ -97,8 +103,9 @@ async def test_kokoro_engine_with_converted_weights_is_intelligible(kokoro_dir: 
     from .test_intelligibility import SENTENCES
 
     logging.getLogger("faster_whisper").setLevel(logging.WARNING)
-    settings = load_settings(env={}, overrides={"engine": "kokoro", "kokoro_dir": str(kokoro_dir),
-                                                "kokoro_device": "cpu"})
+    settings = load_settings(
+        env={}, overrides={"engine": "kokoro", "kokoro_dir": str(kokoro_dir), "kokoro_device": "cpu"}
+    )
     engine = KokoroEngine(settings)
     await engine.start()
     total, heard = wer.WerResult(0, 0), []

@@ -1,5 +1,6 @@
 """``deploy --dry-run``: every request validates against botocore's service model, offline,
 and a deliberately wrong parameter fails that validation."""
+
 from __future__ import annotations
 
 import io
@@ -11,7 +12,7 @@ import pytest
 
 pytest.importorskip("botocore")
 
-from gateway.ops.deploy import (  # noqa: E402 - after the skip
+from gateway.ops.deploy import (
     CONCURRENCY_METRIC,
     InvalidRequest,
     Request,
@@ -21,8 +22,15 @@ from gateway.ops.deploy import (  # noqa: E402 - after the skip
     validate,
 )
 
-BASE = ["--dry-run", "--image", "123456789012.dkr.ecr.us-east-1.amazonaws.com/kokoro-tts:1",
-        "--role", "arn:aws:iam::123456789012:role/SageMakerExecution", "--name", "tts-test"]
+BASE = [
+    "--dry-run",
+    "--image",
+    "123456789012.dkr.ecr.us-east-1.amazonaws.com/kokoro-tts:1",
+    "--role",
+    "arn:aws:iam::123456789012:role/SageMakerExecution",
+    "--name",
+    "tts-test",
+]
 
 
 def dry_run(*extra: str) -> tuple[int, str, dict[str, str]]:
@@ -39,8 +47,11 @@ def test_dry_run_validates_every_request(tmp_path: Path) -> None:
     rc, text, status = dry_run("--policy", str(policy), "--env", "GATEWAY_ENGINE=kokoro")
     assert rc == 0
     assert list(status) == [
-        "sagemaker.create_model", "sagemaker.create_endpoint_config", "sagemaker.create_endpoint",
-        "application-autoscaling.register_scalable_target", "application-autoscaling.put_scaling_policy",
+        "sagemaker.create_model",
+        "sagemaker.create_endpoint_config",
+        "sagemaker.create_endpoint",
+        "application-autoscaling.register_scalable_target",
+        "application-autoscaling.put_scaling_policy",
     ]
     assert set(status.values()) == {"valid"}
     assert '"InstanceType": "ml.g5.xlarge"' in text
@@ -71,12 +82,20 @@ def test_capacities_are_checked_before_any_request() -> None:
 
 def test_a_wrong_policy_file_fails_validation(tmp_path: Path) -> None:
     policy = tmp_path / "policy.json"
-    policy.write_text(json.dumps({"TargetValue": "high", "PredefinedMetricSpecification": {
-        "PredefinedMetricType": "SageMakerVariantNoSuchMetric"}}))
+    policy.write_text(
+        json.dumps(
+            {
+                "TargetValue": "high",
+                "PredefinedMetricSpecification": {"PredefinedMetricType": "SageMakerVariantNoSuchMetric"},
+            }
+        )
+    )
     rc, text, status = dry_run("--policy", str(policy))
     assert rc == 2
     assert status["application-autoscaling.put_scaling_policy"].startswith("INVALID")
-    assert "TargetValue" in text and "SageMakerVariantNoSuchMetric" in status["application-autoscaling.put_scaling_policy"]
+    assert (
+        "TargetValue" in text and "SageMakerVariantNoSuchMetric" in status["application-autoscaling.put_scaling_policy"]
+    )
 
 
 def test_validate_names_an_unknown_member() -> None:
@@ -86,10 +105,22 @@ def test_validate_names_an_unknown_member() -> None:
 
 def test_a_customized_metric_gets_the_endpoint_dimensions(tmp_path: Path) -> None:
     policy = tmp_path / "custom.json"
-    policy.write_text(json.dumps({"TargetValue": 3.0, "CustomizedMetricSpecification": {
-        "MetricName": "ConcurrentRequestsPerModel", "Namespace": "AWS/SageMaker", "Statistic": "Average"}}))
+    policy.write_text(
+        json.dumps(
+            {
+                "TargetValue": 3.0,
+                "CustomizedMetricSpecification": {
+                    "MetricName": "ConcurrentRequestsPerModel",
+                    "Namespace": "AWS/SageMaker",
+                    "Statistic": "Average",
+                },
+            }
+        )
+    )
     config = load_policy(policy, "tts-test")
     assert config["CustomizedMetricSpecification"]["Dimensions"] == [
-        {"Name": "EndpointName", "Value": "tts-test"}, {"Name": "VariantName", "Value": "AllTraffic"}]
+        {"Name": "EndpointName", "Value": "tts-test"},
+        {"Name": "VariantName", "Value": "AllTraffic"},
+    ]
     rc, _, status = dry_run("--policy", str(policy))
     assert rc == 0 and set(status.values()) == {"valid"}

@@ -6,12 +6,13 @@ sessions in the access log.
 Real gateways on loopback (fake engine), served by the product's runner (``GatewayRunner``, as
 ``run_gateway.py`` serves them), the log captured as it is written.
 """
+
 from __future__ import annotations
 
 import asyncio
 import logging
 import re
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 import pytest
@@ -46,19 +47,27 @@ async def until_logged(caplog: pytest.LogCaptureFixture, pattern: str) -> str:
 
 
 # -- finding 2: one trusted header ------------------------------------------------------------
-@pytest.mark.parametrize("header,real,forged", [
-    ("x-forwarded-for", {"X-Forwarded-For": "198.51.100.1"}, {"Forwarded": "for=203.0.113.7"}),
-    ("forwarded", {"Forwarded": "for=198.51.100.1"}, {"X-Forwarded-For": "203.0.113.7"}),
-])
+@pytest.mark.parametrize(
+    "header,real,forged",
+    [
+        ("x-forwarded-for", {"X-Forwarded-For": "198.51.100.1"}, {"Forwarded": "for=203.0.113.7"}),
+        ("forwarded", {"Forwarded": "for=198.51.100.1"}, {"X-Forwarded-For": "203.0.113.7"}),
+    ],
+)
 async def test_a_client_cannot_choose_its_address_with_the_other_header(
-        start_server: ServerFactory, caplog: pytest.LogCaptureFixture, header: str,
-        real: dict[str, str], forged: dict[str, str]) -> None:
+    start_server: ServerFactory,
+    caplog: pytest.LogCaptureFixture,
+    header: str,
+    real: dict[str, str],
+    forged: dict[str, str],
+) -> None:
     """Finding 2: behind a proxy that appends to X-Forwarded-For, a client's own ``Forwarded``
     used to replace its address, dodging ``max_sessions_per_client`` and forging the access
     log. Only ``forwarded_header`` is read now."""
     caplog.set_level(logging.INFO, logger="aiohttp.access")
-    server = await start_server(fake_settings(**behind(header, trusted_proxies="127.0.0.1",
-                                                       max_sessions_per_client=1, fake_hang=True)))
+    server = await start_server(
+        fake_settings(**behind(header, trusted_proxies="127.0.0.1", max_sessions_per_client=1, fake_hang=True))
+    )
     async with aiohttp.ClientSession() as http:
         async with http.get(server.url + SSE, headers=real) as first:  # held: the engine hangs
             assert first.status == 200
@@ -71,17 +80,21 @@ async def test_a_client_cannot_choose_its_address_with_the_other_header(
     assert line.startswith("198.51.100.1 ") and "203.0.113.7" not in line, line
 
 
-@pytest.mark.parametrize("peer,hops,protos,client,scheme", [
-    ("10.0.0.2", ["198.51.100.1"], ["https"], "198.51.100.1", "https"),
-    ("10.0.0.2", ["6.6.6.6", "198.51.100.1", "10.0.0.7"], ["http"], "198.51.100.1", "http"),
-    # Forwarded: the proto of the element whose for= is the client (its proxy wrote both)
-    ("10.0.0.2", ["6.6.6.6", "198.51.100.1", "10.0.0.7"], ["ftp", "https", "http"], "198.51.100.1", "https"),
-    ("10.0.0.2", ["198.51.100.1"], ["gopher"], "198.51.100.1", None),  # not a scheme
-    ("203.0.113.9", ["198.51.100.1"], ["https"], "203.0.113.9", None),  # peer untrusted
-    ("10.0.0.2", [], [], "10.0.0.2", None),
-])
-def test_resolve_client_and_scheme(peer: str, hops: list[str], protos: list[str], client: str,
-                                   scheme: str | None) -> None:
+@pytest.mark.parametrize(
+    "peer,hops,protos,client,scheme",
+    [
+        ("10.0.0.2", ["198.51.100.1"], ["https"], "198.51.100.1", "https"),
+        ("10.0.0.2", ["6.6.6.6", "198.51.100.1", "10.0.0.7"], ["http"], "198.51.100.1", "http"),
+        # Forwarded: the proto of the element whose for= is the client (its proxy wrote both)
+        ("10.0.0.2", ["6.6.6.6", "198.51.100.1", "10.0.0.7"], ["ftp", "https", "http"], "198.51.100.1", "https"),
+        ("10.0.0.2", ["198.51.100.1"], ["gopher"], "198.51.100.1", None),  # not a scheme
+        ("203.0.113.9", ["198.51.100.1"], ["https"], "203.0.113.9", None),  # peer untrusted
+        ("10.0.0.2", [], [], "10.0.0.2", None),
+    ],
+)
+def test_resolve_client_and_scheme(
+    peer: str, hops: list[str], protos: list[str], client: str, scheme: str | None
+) -> None:
     from gateway.web.proxies import Forwarding, parse_trusted, resolve
 
     assert resolve(peer, Forwarding(tuple(hops), tuple(protos)), parse_trusted("10.0.0.0/8")) == (client, scheme)
@@ -93,12 +106,16 @@ async def test_forwarded_header_must_be_one_of_two(start_server: ServerFactory) 
 
 
 # -- finding 12: the scheme a TLS-terminating proxy saw ----------------------------------------
-@pytest.mark.parametrize("header,forwarded", [
-    ("x-forwarded-for", {"X-Forwarded-For": "198.51.100.1", "X-Forwarded-Proto": "https"}),
-    ("forwarded", {"Forwarded": "for=198.51.100.1;proto=https"}),
-])
+@pytest.mark.parametrize(
+    "header,forwarded",
+    [
+        ("x-forwarded-for", {"X-Forwarded-For": "198.51.100.1", "X-Forwarded-Proto": "https"}),
+        ("forwarded", {"Forwarded": "for=198.51.100.1;proto=https"}),
+    ],
+)
 async def test_a_same_origin_page_behind_a_tls_proxy_is_allowed(
-        start_server: ServerFactory, header: str, forwarded: dict[str, str]) -> None:
+    start_server: ServerFactory, header: str, forwarded: dict[str, str]
+) -> None:
     """Finding 12: the page https://tts.example.com, served through a proxy that ends TLS, was
     refused 403 on both channels: the origin check compared it with the request's own scheme
     (http, so port 80). A trusted proxy's X-Forwarded-Proto / ``proto=`` gives the scheme now;
@@ -122,8 +139,9 @@ async def test_a_same_origin_page_behind_a_tls_proxy_is_allowed(
 
 
 # -- finding 3: no credential in any log line, error text or metric -----------------------------
-async def test_tokens_in_the_query_are_redacted_everywhere(start_server: ServerFactory,
-                                                           caplog: pytest.LogCaptureFixture) -> None:
+async def test_tokens_in_the_query_are_redacted_everywhere(
+    start_server: ServerFactory, caplog: pytest.LogCaptureFixture
+) -> None:
     """Finding 3: ``?access_token=`` (right and wrong guesses alike) was written to the access
     log. Every line now shows ``access_token=***`` / ``token=***``, and neither the server's
     token nor a guess appears in any log line, error body or the metrics."""
@@ -132,8 +150,13 @@ async def test_tokens_in_the_query_are_redacted_everywhere(start_server: ServerF
     server = await start_server(fake_settings(auth_token=secret))
     async with aiohttp.ClientSession() as http:
         bodies = []
-        for query in (f"access_token={secret}", f"access_token={guess}", f"token={secret}", f"token={browser}",
-                      f"voice=nope&token={guess}"):
+        for query in (
+            f"access_token={secret}",
+            f"access_token={guess}",
+            f"token={secret}",
+            f"token={browser}",
+            f"voice=nope&token={guess}",
+        ):
             async with http.get(f"{server.url}/v1/voices?{query}") as r:
                 bodies.append(await r.text())
         sse = await sse_stream(http, f"{server.url}/v1/stream/sse?token={guess}", text="Hi there.")
@@ -152,13 +175,16 @@ async def test_tokens_in_the_query_are_redacted_everywhere(start_server: ServerF
     assert secret not in caplog.text
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("GET /v1/stream/ws?token=v1.1.all.n.s HTTP/1.1", "GET /v1/stream/ws?token=*** HTTP/1.1"),
-    ("GET /x?voice=a&access_token=abc&b=c HTTP/1.1", "GET /x?voice=a&access_token=***&b=c HTTP/1.1"),
-    ("GET /x?%74oken=abc HTTP/1.1", "GET /x?%74oken=*** HTTP/1.1"),  # the key as the server decodes it
-    ("GET /x?tokens=1&my_token=2 HTTP/1.1", "GET /x?tokens=1&my_token=2 HTTP/1.1"),
-    ("/healthz", "/healthz"),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("GET /v1/stream/ws?token=v1.1.all.n.s HTTP/1.1", "GET /v1/stream/ws?token=*** HTTP/1.1"),
+        ("GET /x?voice=a&access_token=abc&b=c HTTP/1.1", "GET /x?voice=a&access_token=***&b=c HTTP/1.1"),
+        ("GET /x?%74oken=abc HTTP/1.1", "GET /x?%74oken=*** HTTP/1.1"),  # the key as the server decodes it
+        ("GET /x?tokens=1&my_token=2 HTTP/1.1", "GET /x?tokens=1&my_token=2 HTTP/1.1"),
+        ("/healthz", "/healthz"),
+    ],
+)
 def test_redact(text: str, expected: str) -> None:
     from gateway.web.accesslog import redact
 
@@ -166,8 +192,9 @@ def test_redact(text: str, expected: str) -> None:
 
 
 # -- WebSocket sessions in the access log ------------------------------------------------------
-async def test_websocket_sessions_reach_the_access_log(start_server: ServerFactory,
-                                                       caplog: pytest.LogCaptureFixture) -> None:
+async def test_websocket_sessions_reach_the_access_log(
+    start_server: ServerFactory, caplog: pytest.LogCaptureFixture
+) -> None:
     """A WebSocket session was never in the access log (its handler is cancelled when the client
     drops the connection after the close handshake). Now one line when it closes: status 101,
     the session's duration, the client named by a trusted proxy."""
@@ -195,12 +222,18 @@ async def test_websocket_sessions_reach_the_access_log(start_server: ServerFacto
 
 
 # -- the parsers under generated input (bounded: the suite stays fast) ---------------------------
-_hop = st.one_of(st.ip_addresses().map(str), st.text(max_size=12), st.sampled_from(["unknown", "_hidden", '"[::1]:80"']))
+_hop = st.one_of(
+    st.ip_addresses().map(str), st.text(max_size=12), st.sampled_from(["unknown", "_hidden", '"[::1]:80"'])
+)
 
 
 @settings(max_examples=150, deadline=None)
-@given(peer=st.ip_addresses().map(str), hops=st.lists(_hop, max_size=5),
-       protos=st.lists(st.text(max_size=6), max_size=5), trusted=st.sampled_from(["", "10.0.0.0/8", "0.0.0.0/0, ::/0"]))
+@given(
+    peer=st.ip_addresses().map(str),
+    hops=st.lists(_hop, max_size=5),
+    protos=st.lists(st.text(max_size=6), max_size=5),
+    trusted=st.sampled_from(["", "10.0.0.0/8", "0.0.0.0/0, ::/0"]),
+)
 def test_forwarded_parsing_never_invents_a_client(peer: str, hops: list[str], protos: list[str], trusted: str) -> None:
     from gateway.web.proxies import Forwarding, parse_trusted, resolve
 
@@ -220,15 +253,20 @@ def _as_ip(text: str):  # the parser's own reading of a hop
 
 
 @settings(max_examples=150, deadline=None)
-@given(key=st.sampled_from(["token", "access_token", "%74oken", "voice", "tokens"]),
-       value=st.text(alphabet=st.characters(blacklist_characters="&;#\"' \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0"),
-                     min_size=1, max_size=20),
-       before=st.sampled_from(["", "voice=a&", "x=1;"]))
+@given(
+    key=st.sampled_from(["token", "access_token", "%74oken", "voice", "tokens"]),
+    value=st.text(
+        alphabet=st.characters(blacklist_characters="&;#\"' \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0"),
+        min_size=1,
+        max_size=20,
+    ),
+    before=st.sampled_from(["", "voice=a&", "x=1;"]),
+)
 @example(key="token", value="\u1680", before="")  # a Unicode space once ended the hidden value
 def test_redacted_lines_keep_no_credential(key: str, value: str, before: str) -> None:
     from gateway.web.accesslog import redact
 
-    line = f'GET /v1/stream/ws?{before}{key}={value} HTTP/1.1'
+    line = f"GET /v1/stream/ws?{before}{key}={value} HTTP/1.1"
     out = redact(line)
     if key in ("token", "access_token", "%74oken"):
         assert out == f"GET /v1/stream/ws?{before}{key}=*** HTTP/1.1"
@@ -238,10 +276,14 @@ def test_redacted_lines_keep_no_credential(key: str, value: str, before: str) ->
 
 
 @settings(max_examples=200, deadline=None)
-@given(token=st.one_of(st.text(max_size=80), st.builds(lambda a, b: f"v1.{a}.{b}", st.text(max_size=20), st.text(max_size=60))))
+@given(
+    token=st.one_of(
+        st.text(max_size=80), st.builds(lambda a, b: f"v1.{a}.{b}", st.text(max_size=20), st.text(max_size=60))
+    )
+)
 def test_any_string_as_a_token_is_refused_cleanly(token: str) -> None:
-    from gateway.web import tokens
     from gateway.errors import Unauthorized
+    from gateway.web import tokens
 
     with pytest.raises(Unauthorized) as info:
         tokens.verify(tokens.derive_key("k"), token)

@@ -4,6 +4,7 @@ A reader that stops reading SSE, a speech request that must queue like every oth
 an admission slot freed in the same tick as its waiter is cancelled, a joiner of a shared
 synthesis whose first follower leaves: real servers on loopback and the fake engine.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -12,18 +13,18 @@ import json
 import re
 import socket
 import time
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
 
 from bench.client import sse_stream
-from gateway.web.admission import Admission
+from gateway.core.synthesis import SynthesisHub
 from gateway.engines.fake import FakeEngine
 from gateway.errors import Overloaded
 from gateway.metrics import Metrics
+from gateway.web.admission import Admission
 from gateway.web.state import GATEWAY
-from gateway.core.synthesis import SynthesisHub
 
 from .conftest import Server, fake_settings
 
@@ -48,17 +49,22 @@ async def raw_request_that_never_reads(server: Server, path: str, body: dict) ->
     sock.setblocking(False)
     await loop.sock_connect(sock, ("127.0.0.1", int(server.url.rsplit(":", 1)[1])))
     data = json.dumps(body).encode()
-    await loop.sock_sendall(sock, b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                                  b"Content-Length: %d\r\n\r\n%s" % (path.encode(), len(data), data))
+    await loop.sock_sendall(
+        sock,
+        b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (path.encode(), len(data), data),
+    )
     head = await loop.sock_recv(sock, 1024)
     assert head.startswith(b"HTTP/1.1 200"), head[:100]
     return sock
 
 
 # a reply of 240 sentences (27 MB of PCM) that stops being read; then a short one, queued
-STUCK = {"sse": ("/v1/stream/sse", {"text": LONG * 6, "format": "pcm"}),
-         "speech": ("/v1/audio/speech", {"input": LONG * 6, "response_format": "pcm"}),
-         "speech-sse": ("/v1/audio/speech", {"input": LONG * 6, "response_format": "pcm", "stream_format": "sse"})}
+STUCK = {
+    "sse": ("/v1/stream/sse", {"text": LONG * 6, "format": "pcm"}),
+    "speech": ("/v1/audio/speech", {"input": LONG * 6, "response_format": "pcm"}),
+    "speech-sse": ("/v1/audio/speech", {"input": LONG * 6, "response_format": "pcm", "stream_format": "sse"}),
+}
 
 
 async def queued_reply(http: aiohttp.ClientSession, server: Server, route: str) -> None:
@@ -66,8 +72,9 @@ async def queued_reply(http: aiohttp.ClientSession, server: Server, route: str) 
         result = await sse_stream(http, server.url + "/v1/stream/sse", text=REPLY)
         assert result.done, result.error
         return
-    async with http.post(server.url + "/v1/audio/speech",
-                         json={"input": REPLY, "response_format": "pcm", "stream": False}) as r:
+    async with http.post(
+        server.url + "/v1/audio/speech", json={"input": REPLY, "response_format": "pcm", "stream": False}
+    ) as r:
         assert r.status == 200, await r.text()
         assert len(await r.read()) > 0
 
@@ -79,9 +86,17 @@ async def test_reader_that_stops_reading_is_cut_off_and_frees_its_slot(start_ser
     WebSocket. A reader
     that stops reading is cut off, its synthesis stops, and the one slot goes to the session
     queued behind it (which, on the old code, waited out its queue and was refused)."""
-    server = await start_server(fake_settings(
-        max_active_sessions=1, max_queued_sessions=1, queue_timeout_s=20, send_timeout_s=1.0,
-        lookahead=1, lookahead_s=0, max_text_chars=20000))
+    server = await start_server(
+        fake_settings(
+            max_active_sessions=1,
+            max_queued_sessions=1,
+            queue_timeout_s=20,
+            send_timeout_s=1.0,
+            lookahead=1,
+            lookahead_s=0,
+            max_text_chars=20000,
+        )
+    )
     stuck = await raw_request_that_never_reads(server, *STUCK[route])
     try:
         await queued_reply(http, server, route)  # admitted once the reader that stopped was cut off
@@ -150,10 +165,12 @@ async def test_speech_route_queues_for_a_slot_like_the_channels(start_server, ht
     server = await start_server(fake_settings(max_active_sessions=1, max_queued_sessions=2))
     admission = server.app[GATEWAY].admission
     async with held_slot(http, server):
-        batch = asyncio.create_task(http.post(server.url + "/v1/audio/speech",
-                                              json={"input": REPLY, "response_format": "pcm", "stream": False}))
-        streamed = asyncio.create_task(http.post(server.url + "/v1/audio/speech",
-                                                 json={"input": REPLY, "response_format": "pcm", "stream": True}))
+        batch = asyncio.create_task(
+            http.post(server.url + "/v1/audio/speech", json={"input": REPLY, "response_format": "pcm", "stream": False})
+        )
+        streamed = asyncio.create_task(
+            http.post(server.url + "/v1/audio/speech", json={"input": REPLY, "response_format": "pcm", "stream": True})
+        )
         t0 = time.perf_counter()
         while admission.waiting < 2 and not (batch.done() and streamed.done()) and time.perf_counter() - t0 < 10:
             await asyncio.sleep(0.01)

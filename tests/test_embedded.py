@@ -1,9 +1,10 @@
 """The embedded engine with the real Kokoro-82M int8 ONNX: load, speech, speed, splitting, cancel."""
+
 from __future__ import annotations
 
 import hashlib
 import importlib.resources
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import numpy as np
 import pytest
@@ -12,29 +13,35 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.config import Settings
-from gateway.kokoro import onnx_model as onnx_kokoro
+from gateway.core.options import parse_options
 from gateway.engines.base import Engine
 from gateway.engines.embedded import (
-    MAX_TOKENS, EmbeddedEngine, load_model_bytes, split_phonemes, trim_silence,
+    MAX_TOKENS,
+    EmbeddedEngine,
+    load_model_bytes,
+    split_phonemes,
+    trim_silence,
 )
 from gateway.errors import BadRequest, EngineError, NotReady
-from gateway.core.options import parse_options
+from gateway.kokoro import onnx_model as onnx_kokoro
 
 from .conftest import embedded_engine
 
 RATE = 24000
 SENTENCE = "The weather will be sunny in the morning, with light rain after lunch."
 # eight distinct sentences: about 570 phoneme tokens, over the 510 one call accepts
-LONG = " ".join([
-    "Our new office is on the fifth floor of the tall building near the station.",
-    "Please turn left at the second light and park behind the blue van.",
-    "We shipped twelve hundred orders in March and expect twice as many in April.",
-    "The band will play live music at the park while the children fly kites.",
-    "If the wind picks up, wind the rope around the post and hold it tight.",
-    "Thank you for calling, your flight to Chicago leaves at seven tomorrow.",
-    "The weather will be sunny in the morning, with light rain after lunch.",
-    "She lives close to the river, but she wants to close the old shop.",
-])
+LONG = " ".join(
+    [
+        "Our new office is on the fifth floor of the tall building near the station.",
+        "Please turn left at the second light and park behind the blue van.",
+        "We shipped twelve hundred orders in March and expect twice as many in April.",
+        "The band will play live music at the park while the children fly kites.",
+        "If the wind picks up, wind the rope around the post and hold it tight.",
+        "Thank you for calling, your flight to Chicago leaves at seven tomorrow.",
+        "The weather will be sunny in the morning, with light rain after lunch.",
+        "She lives close to the river, but she wants to close the old shop.",
+    ]
+)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -59,6 +66,7 @@ def window_db(pcm: np.ndarray, ms: int = 50) -> np.ndarray:
 
 # --- pure helpers: no model ---------------------------------------------------------------
 
+
 def test_split_prefers_punctuation_and_respects_the_limit() -> None:
     clause = "ðə wˈɛðəɹ wɪl bi sˈʌni,"
     text = " ".join([clause] * 40)
@@ -71,8 +79,7 @@ def test_split_prefers_punctuation_and_respects_the_limit() -> None:
     assert split_phonemes("   ", limit=100) == []
 
 
-@given(st.lists(st.text("abˈ,. ", min_size=1, max_size=40), max_size=60),
-       st.integers(min_value=8, max_value=120))
+@given(st.lists(st.text("abˈ,. ", min_size=1, max_size=40), max_size=60), st.integers(min_value=8, max_value=120))
 def test_split_never_exceeds_the_limit_or_loses_symbols(words: list[str], limit: int) -> None:
     text = " ".join(words)
     pieces = split_phonemes(text, limit=limit)
@@ -119,8 +126,15 @@ def test_vocoder_off_offers_no_modes_and_says_so() -> None:
     assert on.vocoder_modes  # and each mode it offers is one it can be set to run by default
     for mode in on.vocoder_modes:
         assert EmbeddedEngine(Settings(embedded_vocoder=mode)).vocoder_status["mode"] == mode
-    assert on.vocoder_status == {"mode": "frozen-first", "state": "waiting for start", "build_s": None,
-                                 "exact_below_s": 2.0, "voices": []}
+    assert on.vocoder_status == {
+        "mode": "frozen-first",
+        "state": "waiting for start",
+        "build_s": None,
+        "exact_below_s": 2.0,
+        "batch_rest": True,
+        "voices": [],
+    }
+    assert EmbeddedEngine(Settings(embedded_vocoder_batch_rest=False)).vocoder_status["batch_rest"] is False
     with pytest.raises(ValueError, match="exact_below"):
         EmbeddedEngine(Settings(embedded_vocoder_exact_below_s=-1))
 
@@ -141,6 +155,7 @@ def test_model_parts_join_in_memory_and_match_the_shipped_hash(monkeypatch) -> N
 
 # --- the real model -------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 @pytest.mark.asyncio(loop_scope="module")
 async def test_engine_loads_and_reports(engine: EmbeddedEngine) -> None:
@@ -150,8 +165,17 @@ async def test_engine_loads_and_reports(engine: EmbeddedEngine) -> None:
     assert len(ids) == 54 and engine.voice_store["fallback"] is False  # `make test` installs the store
     assert [v.id for v in engine.voices if v.default] == [engine.default_voice] == ["af_heart"]
     languages = {v.id[0]: v.language for v in engine.voices}
-    assert languages == {"a": "en-US", "b": "en-GB", "e": "es", "f": "fr-FR", "h": "hi", "i": "it",
-                         "j": "ja", "p": "pt-BR", "z": "zh"}
+    assert languages == {
+        "a": "en-US",
+        "b": "en-GB",
+        "e": "es",
+        "f": "fr-FR",
+        "h": "hi",
+        "i": "it",
+        "j": "ja",
+        "p": "pt-BR",
+        "z": "zh",
+    }
     for v in engine.voices:
         assert v.gender in {"female", "male"} and v.name
     heart = next(v for v in engine.voices if v.id == "af_heart")

@@ -1,17 +1,18 @@
 """The whole gateway on the real embedded engine: batch and both channels carry real speech."""
+
 from __future__ import annotations
 
 import re
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import aiohttp
 import numpy as np
 import pytest
 import pytest_asyncio
 
+from bench.client import sse_stream, ws_stream
 from gateway.audio.decode import decode_mp3
 from gateway.audio.mp3 import is_whole_frames
-from bench.client import sse_stream, ws_stream
 from gateway.web.state import GATEWAY
 
 from .conftest import embedded_gateway
@@ -82,8 +83,9 @@ async def test_vocoder_modes_stream_whole_frames_of_the_expected_length(url: str
         async with http.get(url + "/readyz") as r:
             vocoder = (await r.json())["vocoder"]
         assert vocoder["mode"] == "frozen-first" and vocoder["state"] == "ready"
-        result = await ws_stream(http, url.replace("http", "ws") + "/v1/stream/ws", text=REPLY,
-                                 options={"vocoder": mode}, timeout=180)
+        result = await ws_stream(
+            http, url.replace("http", "ws") + "/v1/stream/ws", text=REPLY, options={"vocoder": mode}, timeout=180
+        )
     assert result.done, result.events[-3:]
     assert result.of("ready")[0]["vocoder"] == mode
     assert all(is_whole_frames(p) for p in result.payloads)
@@ -99,6 +101,5 @@ async def test_a_bad_vocoder_mode_is_refused_on_every_channel(url: str) -> None:
             assert (await r.json())["error"]["code"] == "invalid_option"
         sse = await sse_stream(http, url + "/v1/stream/sse", text="Hi.", vocoder="fast")
         assert sse.error is not None and "vocoder" in sse.error["message"]
-        ws = await ws_stream(http, url.replace("http", "ws") + "/v1/stream/ws", text="Hi.",
-                             options={"vocoder": "fast"})
+        ws = await ws_stream(http, url.replace("http", "ws") + "/v1/stream/ws", text="Hi.", options={"vocoder": "fast"})
         assert ws.error is not None and ws.error["code"] == "invalid_option" and ws.close_code is not None

@@ -1,6 +1,7 @@
 """The embedded engine's memory work changes no sample: shared weights, one shared arena, the
 serialized model dropped, memory handed back when idle; and the parts loaded on first use load
 then and work. (How much memory it saves is a benchmark's figure: ``bench engine``.)"""
+
 from __future__ import annotations
 
 import subprocess
@@ -10,10 +11,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gateway.kokoro.onnx_model import load_model_bytes, with_durations
 from gateway.kokoro.g2p import Phonemizer
-from gateway.kokoro.parts import load_vocab
+from gateway.kokoro.onnx_model import load_model_bytes, with_durations
 from gateway.kokoro.onnx_sessions import SharedWeights, make_session, release_freed_memory
+from gateway.kokoro.parts import load_vocab
 from gateway.kokoro.vocoder.names import CROP, ENERGY, F0, FEATURES
 from gateway.kokoro.vocoder.split import split
 
@@ -53,8 +54,13 @@ def test_shared_sessions_give_the_same_samples_as_plain_ones(feeds: dict[str, np
     parts = split(onnx.load_from_string(blob))
     encoder, exact = make_session(parts.encoder, 2, weights), make_session(parts.probe, 2, weights)
     features, f0, energy = encoder.run([FEATURES, F0, ENERGY], feeds)
-    vocoder_feeds = {FEATURES: features, F0: f0, ENERGY: energy, "style": feeds["style"],
-                     CROP: np.array([0, f0.shape[1]], np.int64)}
+    vocoder_feeds = {
+        FEATURES: features,
+        F0: f0,
+        ENERGY: energy,
+        "style": feeds["style"],
+        CROP: np.array([0, f0.shape[1]], np.int64),
+    }
     audio = exact.run(["audio"], vocoder_feeds)[0]
     assert np.allclose(audio, plain(parts.probe).run(["audio"], vocoder_feeds)[0], atol=1e-5)
     # the exact vocoder after the encoder is the whole model
@@ -77,8 +83,10 @@ def test_the_japanese_g2p_loads_with_the_first_japanese_text() -> None:
 
 def test_the_g2p_does_not_import_torch() -> None:
     pytest.importorskip("torch")  # installed with the test extras: spaCy's thinc would load it
-    code = ("import sys; from gateway.kokoro.g2p import Phonemizer; g = Phonemizer('misaki'); "
-            "print(g('I read it.', 'a'), 'torch' in sys.modules)")
+    code = (
+        "import sys; from gateway.kokoro.g2p import Phonemizer; g = Phonemizer('misaki'); "
+        "print(g('I read it.', 'a'), 'torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
     phonemes, imported = out.stdout.split()[:-1], out.stdout.split()[-1]
     assert phonemes and imported == "False"
@@ -96,8 +104,7 @@ async def test_the_engine_speaks_the_same_after_handing_memory_back_when_idle() 
         engine.idle_release_s = 0.05
 
         async def speak() -> bytes:
-            return b"".join([c async for c in engine.synthesize("Hello there.", voice=engine.default_voice,
-                                                                speed=1.0)])
+            return b"".join([c async for c in engine.synthesize("Hello there.", voice=engine.default_voice, speed=1.0)])
 
         first = await speak()
         async with asyncio.timeout(60):  # idle: the arena is shrunk and the C allocator trimmed

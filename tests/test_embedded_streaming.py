@@ -5,20 +5,21 @@ for it, then compare the modes on the real model: chunks come early and join smo
 voice stays the exact model's within the measured shift, a listener who already holds audio
 gets one exact call, and closing a stream mid-segment stops its chunks.
 """
+
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import AsyncIterator
 
 import numpy as np
 import pytest
 import pytest_asyncio
 
+from bench.measure import distance, worst_join_ratio
 from gateway.config import Settings
+from gateway.core.options import parse_options
 from gateway.engines.embedded import EmbeddedEngine
 from gateway.errors import BadRequest
-from gateway.core.options import parse_options
-from bench.measure import distance, worst_join_ratio
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 RATE = 24000
@@ -40,8 +41,10 @@ async def engine(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Embe
 
 async def chunks_of(eng: EmbeddedEngine, text: str = SENTENCE, **kw: object) -> list[np.ndarray]:
     voice = str(kw.pop("voice", eng.default_voice))
-    return [np.frombuffer(c, "<i2").astype(np.float32) / 32768.0
-            async for c in eng.synthesize(text, voice=voice, speed=1.0, **kw)]  # type: ignore[arg-type]
+    return [
+        np.frombuffer(c, "<i2").astype(np.float32) / 32768.0
+        async for c in eng.synthesize(text, voice=voice, speed=1.0, **kw)
+    ]  # type: ignore[arg-type]
 
 
 async def test_a_waiting_listener_gets_the_segment_in_growing_chunks(engine: EmbeddedEngine) -> None:
@@ -50,7 +53,9 @@ async def test_a_waiting_listener_gets_the_segment_in_growing_chunks(engine: Emb
     assert status["build_s"] is not None and status["build_s"] > 0
     exact = await chunks_of(engine, vocoder="exact")
     streamed = await chunks_of(engine)  # the default mode, nothing buffered: the listener waits
-    assert len(exact) == 1 and len(streamed) >= 3
+    # growing chunks, or (an engine slower than real time: Policy.batch_rest) the first chunk
+    # and then the rest in one call
+    assert len(exact) == 1 and len(streamed) >= 2
     sizes = [len(c) / RATE for c in streamed]
     assert sizes[0] <= 0.45 < sum(sizes), sizes  # the first chunk is a small part of the sentence
     whole, joined = exact[0], np.concatenate(streamed)
@@ -67,7 +72,7 @@ async def test_a_waiting_listener_gets_the_segment_in_growing_chunks(engine: Emb
 
 async def test_frozen_mode_streams_every_chunk_and_joins_without_clicks(engine: EmbeddedEngine) -> None:
     frozen = await chunks_of(engine, vocoder="frozen")
-    assert len(frozen) >= 3
+    assert len(frozen) >= 2  # two where the engine is slower than real time (Policy.batch_rest)
     joined = np.concatenate(frozen)
     cuts = np.cumsum([len(c) for c in frozen])[:-1].tolist()
     assert worst_join_ratio(joined, cuts) < 1.0
@@ -75,10 +80,12 @@ async def test_frozen_mode_streams_every_chunk_and_joins_without_clicks(engine: 
 
 
 async def test_a_listener_with_audio_in_hand_gets_one_exact_call(engine: EmbeddedEngine) -> None:
-    # ten seconds still to play: the exact vocoder has time for the whole segment
-    calm = await chunks_of(engine, buffered_s=10.0)
+    # a minute still to play: the exact vocoder has time for the whole segment (ten seconds
+    # were not enough on a 2-core machine under load 10, where the segment's exact call is
+    # predicted at 7-9 s and must fit 1.5 times over)
+    calm = await chunks_of(engine, buffered_s=60.0)
     waiting = await chunks_of(engine, buffered_s=0.0)
-    assert len(calm) == 1 and len(waiting) >= 3
+    assert len(calm) == 1 and len(waiting) >= 2
     assert abs(len(calm[0]) - sum(len(c) for c in waiting)) / RATE < 0.06
 
 
@@ -119,4 +126,4 @@ async def test_another_voice_streams_once_calibrated(engine: EmbeddedEngine) -> 
     assert len(await chunks_of(engine, voice=voice)) == 1
     assert await engine.wait_vocoder(voice)
     assert voice in engine.vocoder_status["voices"]
-    assert len(await chunks_of(engine, voice=voice)) >= 3
+    assert len(await chunks_of(engine, voice=voice)) >= 2  # streams (two: Policy.batch_rest)

@@ -8,9 +8,10 @@ starts where the audio is loud soon after, not in silence; and the two vocoder p
 trimmed audio starts at different samples, put the first word at the same place relative to
 where the speech starts.
 """
+
 from __future__ import annotations
 
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import numpy as np
 import pytest
@@ -34,8 +35,9 @@ async def engine() -> AsyncIterator[EmbeddedEngine]:
         yield eng
 
 
-async def spoken(eng: EmbeddedEngine, text: str, voice: str, speed: float,
-                 vocoder: str) -> tuple[list[WordTimes], np.ndarray, list[int]]:
+async def spoken(
+    eng: EmbeddedEngine, text: str, voice: str, speed: float, vocoder: str
+) -> tuple[list[WordTimes], np.ndarray, list[int]]:
     """The WordTimes, the audio, and for each WordTimes the samples yielded before it."""
     times, chunks, before, samples = [], [], [], 0
     async for item in eng.synthesize(text, voice=voice, speed=speed, vocoder=vocoder, timestamps=True):
@@ -57,7 +59,7 @@ def check(times: list[WordTimes], audio: np.ndarray, before: list[int], text: st
         for w in t.words:
             assert last <= w.start < w.end <= len(audio), w
             # speech within 100 ms of where each word starts
-            assert np.abs(audio[w.start:w.start + RATE // 10]).max() > 0.02, w
+            assert np.abs(audio[w.start : w.start + RATE // 10]).max() > 0.02, w
             last = w.end
     words = [w for t in times for w in t.words]
     # the first word starts near the first sound (the trim kept 20-25 ms before it), and the
@@ -67,11 +69,14 @@ def check(times: list[WordTimes], audio: np.ndarray, before: list[int], text: st
     assert len(audio) - words[-1].end < 0.4 * RATE
 
 
-@pytest.mark.parametrize("voice, speed, text", [
-    ("am_michael", 0.8, "Please turn left at the second light and park behind the blue van."),
-    ("bf_emma", 1.3, "The schedule says the tomato harvest starts on Tuesday."),
-    ("ef_dora", 1.0, "Hola, buenos días. ¿Cómo estás hoy?"),
-])
+@pytest.mark.parametrize(
+    "voice, speed, text",
+    [
+        ("am_michael", 0.8, "Please turn left at the second light and park behind the blue van."),
+        ("bf_emma", 1.3, "The schedule says the tomato harvest starts on Tuesday."),
+        ("ef_dora", 1.0, "Hola, buenos días. ¿Cómo estás hoy?"),
+    ],
+)
 async def test_words_on_the_whole_model(engine: EmbeddedEngine, voice: str, speed: float, text: str) -> None:
     times, audio, before = await spoken(engine, text, voice, speed, "exact")
     check(times, audio, before, text)

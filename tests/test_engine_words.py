@@ -4,21 +4,23 @@ real aiohttp server on loopback that speaks the container's protocol and sends t
 
 The real Kokoro engines' word times are in test_embedded_words.py and test_kokoro_engine.py.
 """
+
 from __future__ import annotations
 
 import contextlib
 import json
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import numpy as np
 import pytest
 from aiohttp import WSMsgType, web
 
 from gateway.config import load_settings
-from gateway.web.container import STREAM_PATH
 from gateway.engines.container import ContainerEngine
 from gateway.engines.fake import GAP_S, WORD_S, FakeEngine, fake_duration_s
 from gateway.kokoro.timestamps import WordTimes, words_of
+from gateway.web.container import STREAM_PATH
 
 from .conftest import fake_settings, free_port
 
@@ -64,8 +66,8 @@ async def test_fake_words_are_its_tones_in_order(speed: float) -> None:
     step = word_n + gap_n
     for k, w in enumerate(spans.words):
         assert w.start == k * step and w.end - w.start == word_n
-        assert audio[w.start:w.end].max() > 3000  # the tone is there
-        assert audio[w.end:(k + 1) * step].max() == 0  # and the gap after it is silent
+        assert audio[w.start : w.end].max() > 3000  # the tone is there
+        assert audio[w.end : (k + 1) * step].max() == 0  # and the gap after it is silent
 
 
 async def test_fake_pause_shows_up_in_the_times() -> None:
@@ -80,7 +82,7 @@ async def test_fake_pause_shows_up_in_the_times() -> None:
     for x, y in zip(a.words[1:], b.words[1:]):
         assert (y.start - x.start, y.end - x.end) == (pause, pause)
     audio = np.frombuffer(pcm_b, "<i2")
-    assert not audio[b.words[0].end:b.words[1].start].any()  # the pause is silence
+    assert not audio[b.words[0].end : b.words[1].start].any()  # the pause is silence
 
 
 async def test_fake_without_timestamps_yields_bytes_only() -> None:
@@ -103,8 +105,11 @@ class StandIn:
         return web.json_response({"status": "ok"})
 
     async def voices(self, request: web.Request) -> web.Response:
-        body: dict[str, Any] = {"engine": "standin", "default": "tone_a",
-                                "voices": [{"id": "tone_a", "language": "en-US", "gender": "neutral"}]}
+        body: dict[str, Any] = {
+            "engine": "standin",
+            "default": "tone_a",
+            "voices": [{"id": "tone_a", "language": "en-US", "gender": "neutral"}],
+        }
         if self.timestamps is not None:
             body["timestamps"] = self.timestamps
         return web.json_response(body)
@@ -176,8 +181,10 @@ async def test_container_words_events_become_word_times_before_their_audio() -> 
             # ms on the wire, samples here: within half a ms of the stand-in's own spans
             expected = [*first[1].words, *second[1].shifted(first[0].size).words]
             got = [w for t in times for w in t.words]
-            assert all(abs(g.start - e.start) <= RATE // 2000 and abs(g.end - e.end) <= RATE // 2000
-                       for g, e in zip(got, expected, strict=True))
+            assert all(
+                abs(g.start - e.start) <= RATE // 2000 and abs(g.end - e.end) <= RATE // 2000
+                for g, e in zip(got, expected, strict=True)
+            )
             check_spans(WordTimes(tuple(got)), len(pcm) // 2)
             # not asked: the events are dropped, the audio is the same
             plain, pcm_again, order = await collect(engine, text, voice="tone_a", speed=1.0)

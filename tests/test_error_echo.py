@@ -1,5 +1,6 @@
 """Errors that quote a client's value quote a short prefix of it, never the whole value: a
 100 kB voice name is not echoed back 100 kB long (nor into the logs that record errors)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -25,8 +26,9 @@ def test_quoted_cuts_long_values_and_marks_the_cut() -> None:
     assert len(caught.value.message) < LIMIT and "xxx" in caught.value.message
 
 
-@pytest.mark.parametrize("option", ["voice", "format", "envelope", "chunking", "cache",
-                                    "sample_rate", "speed", "bitrate"])
+@pytest.mark.parametrize(
+    "option", ["voice", "format", "envelope", "chunking", "cache", "sample_rate", "speed", "bitrate"]
+)
 async def test_stream_options_quote_a_prefix(fake_server: Server, http: aiohttp.ClientSession, option: str) -> None:
     body: dict[str, Any] = {"text": "Hello there.", option: BIG}
     async with http.post(fake_server.url + "/v1/stream/sse", json=body) as resp:

@@ -1,6 +1,7 @@
 """What the real-client tests (tests/clients/) rely on, in the main suite: the fake engine's gate
 holds a segment back until a file exists, and OpenAI's voice names speak on an engine without
 the mapped Kokoro voice (Pipecat sends no other names)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -13,8 +14,9 @@ from gateway.engines.fake import fake_duration_s
 from .conftest import fake_settings
 
 
-async def test_gate_holds_the_marked_segment_until_its_file_exists(start_server, http: aiohttp.ClientSession,
-                                                                   tmp_path: Path) -> None:
+async def test_gate_holds_the_marked_segment_until_its_file_exists(
+    start_server, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
     gate = tmp_path / "open"
     server = await start_server(fake_settings(fake_gate_word="Zebra", fake_gate_path=str(gate)))
     first, last = "One two three four five six.", "The Zebra speaks last."
@@ -30,8 +32,9 @@ async def test_gate_holds_the_marked_segment_until_its_file_exists(start_server,
 
 async def test_openai_voice_names_fall_back_to_the_engines_default(fake_server, http: aiohttp.ClientSession) -> None:
     for name in ("alloy", "ash"):
-        async with http.post(fake_server.url + "/v1/audio/speech",
-                             json={"input": "One two.", "voice": name, "response_format": "pcm"}) as r:
+        async with http.post(
+            fake_server.url + "/v1/audio/speech", json={"input": "One two.", "voice": name, "response_format": "pcm"}
+        ) as r:
             assert r.status == 200 and r.headers["X-Voice"] == "tone_a"
             assert len(await r.read()) == round(fake_duration_s("One two.") * 24000) * 2
     async with http.post(fake_server.url + "/v1/audio/speech", json={"input": "One.", "voice": "nobody"}) as r:

@@ -3,6 +3,7 @@
 Whatever arrives, the server must answer with well-formed events or close with a proper code,
 and stay healthy for the next client.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -87,15 +88,25 @@ async def _server(start_server):
     return _SERVERS[key]
 
 
-SENTENCES = st.lists(st.lists(st.sampled_from(["one", "two", "three", "four", "five"]), min_size=1, max_size=4)
-                     .map(lambda words: " ".join(words).capitalize() + "."), min_size=1, max_size=4)
+SENTENCES = st.lists(
+    st.lists(st.sampled_from(["one", "two", "three", "four", "five"]), min_size=1, max_size=4).map(
+        lambda words: " ".join(words).capitalize() + "."
+    ),
+    min_size=1,
+    max_size=4,
+)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(sentences=SENTENCES, frames=st.integers(0, 4),
-       played=st.none() | st.floats(0, 5_000) | st.just(1e8), fmt=st.sampled_from(["pcm", "mp3"]))
-async def test_heard_text_is_a_prefix_of_the_sentences_sent(start_server, sentences: list[str], frames: int,
-                                                            played: float | None, fmt: str) -> None:
+@given(
+    sentences=SENTENCES,
+    frames=st.integers(0, 4),
+    played=st.none() | st.floats(0, 5_000) | st.just(1e8),
+    fmt=st.sampled_from(["pcm", "mp3"]),
+)
+async def test_heard_text_is_a_prefix_of_the_sentences_sent(
+    start_server, sentences: list[str], frames: int, played: float | None, fmt: str
+) -> None:
     """Issue 22, item 5, on the wire: a reply cancelled after any number of audio frames, at any
     claimed playback position (far past the audio sent included), answers a ``heard_text`` that
     is a prefix of the ``sentence`` texts the client got before ``cancelled``; the socket goes on."""
@@ -114,7 +125,9 @@ async def test_heard_text_is_a_prefix_of_the_sentences_sent(start_server, senten
                 elif (body := json.loads(msg.data))["type"] == "sentence":
                     texts.append(body["text"])
             await ws.send_json({"type": "cancel", **({} if played is None else {"played_ms": played})})
-            while (msg := await ws.receive()).type != aiohttp.WSMsgType.TEXT or json.loads(msg.data)["type"] != "cancelled":
+            while (msg := await ws.receive()).type != aiohttp.WSMsgType.TEXT or json.loads(msg.data)[
+                "type"
+            ] != "cancelled":
                 if msg.type == aiohttp.WSMsgType.TEXT and (body := json.loads(msg.data))["type"] == "sentence":
                     texts.append(body["text"])
         heard = json.loads(msg.data)["heard_text"]
@@ -122,5 +135,7 @@ async def test_heard_text_is_a_prefix_of_the_sentences_sent(start_server, senten
         await ws.send_json({"type": "text", "text": "Still here."})
         await ws.send_json({"type": "end"})
         async with asyncio.timeout(10):
-            while (msg := await ws.receive()).type == aiohttp.WSMsgType.BINARY or json.loads(msg.data)["type"] != "done":
+            while (msg := await ws.receive()).type == aiohttp.WSMsgType.BINARY or json.loads(msg.data)[
+                "type"
+            ] != "done":
                 assert msg.type in (aiohttp.WSMsgType.BINARY, aiohttp.WSMsgType.TEXT), msg

@@ -4,17 +4,19 @@ through the WebSocket on the fake engine, and ``Transcript`` under generated wor
 The fake engine's times are known from its construction: 180 ms of tone a word, then 60 ms of
 silence. The engines below change only which segments make audio, and when.
 """
+
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.engines.fake import FakeEngine
 from gateway.core.heard import Transcript
+from gateway.engines.fake import FakeEngine
 from gateway.kokoro.timestamps import WordTimes, words_of
 
 from .conftest import fake_settings
@@ -36,18 +38,27 @@ class HeldEngine(FakeEngine):
     """Gives each segment's first half (its words, then its audio) and holds the second half
     until the reply is cancelled: a long segment cut into model calls, the second still running."""
 
-    async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
-                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:
+    async def synthesize(
+        self,
+        text: str,
+        *,
+        voice: str,
+        speed: float,
+        vocoder: str | None = None,
+        buffered_s: float = 0.0,
+        timestamps: bool = False,
+    ) -> AsyncIterator[bytes | WordTimes]:
         words = text.split()
-        pcm, times = self.render_timed(" ".join(words[:len(words) // 2]), voice, speed)
+        pcm, times = self.render_timed(" ".join(words[: len(words) // 2]), voice, speed)
         if timestamps:
             yield times
         yield pcm.tobytes()
         await asyncio.Event().wait()
 
 
-async def send_then_cancel(ws: aiohttp.ClientWebSocketResponse, pieces: list[str], audio_bytes: int,
-                           played_ms: float | None) -> dict[str, Any]:
+async def send_then_cancel(
+    ws: aiohttp.ClientWebSocketResponse, pieces: list[str], audio_bytes: int, played_ms: float | None
+) -> dict[str, Any]:
     """Each piece as its own segment (``text`` then ``flush``); once ``audio_bytes`` of audio
     came, ``cancel``: the ``cancelled`` event."""
     await ws.send_json({"type": "start", "format": "pcm"})
@@ -112,8 +123,9 @@ def replies(draw: st.DrawFn) -> tuple[Transcript, list[str]]:
         spoken.append(text)
         known = draw(st.integers(0, len(words)))  # words whose times came so far
         times = sorted(draw(st.lists(st.floats(0, 2000), min_size=known, max_size=known)))
-        transcript.words(index, [{"word": w.strip(",.!"), "start_ms": at + t, "end_ms": at + t}
-                                 for w, t in zip(words, times)])
+        transcript.words(
+            index, [{"word": w.strip(",.!"), "start_ms": at + t, "end_ms": at + t} for w, t in zip(words, times)]
+        )
         at += (times[-1] if times else 0.0) + draw(st.floats(0, 500))
         transcript.sent(at)
         if known < len(words):  # the rest is still to come: nothing after it has started
@@ -131,8 +143,11 @@ def test_heard_text_is_a_prefix_of_what_was_spoken_and_grows_with_played_ms(repl
     grows."""
     transcript, spoken = reply
     whole = " ".join(spoken)
-    known_words = sum(len(seg.words) if seg.words and not seg.complete else len(words_of(seg.text))
-                      for seg in transcript.segments.values() if seg.start_ms is not None)
+    known_words = sum(
+        len(seg.words) if seg.words and not seg.complete else len(words_of(seg.text))
+        for seg in transcript.segments.values()
+        if seg.start_ms is not None
+    )
     previous = ""
     for ms in sorted(p for p in played if p is not None):
         heard = transcript.heard(ms)

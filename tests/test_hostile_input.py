@@ -8,18 +8,19 @@ integer past a float's range (``OverflowError``) did the same on every route; an
 spelling with a long run of spaces or digits held the event loop for minutes to hours (the blend
 pattern backtracked), on every engine that takes blends (the embedded one, the default).
 """
+
 from __future__ import annotations
 
 import contextlib
 import json
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import aiohttp
 import msgpack
 from aiohttp import web
 
-from gateway.web.container import make_container_app
 from gateway.engines.fake import FakeEngine
+from gateway.web.container import make_container_app
 
 from .conftest import fake_settings
 
@@ -30,8 +31,9 @@ HUGE_INT = '{"input": "Hi.", "text": "Hi.", "n": ' + "9" * 5000 + "}"
 JSON_ROUTES = ("/v1/stream/sse", "/v1/audio/speech", "/v1/tokens")
 
 
-async def answer(http: aiohttp.ClientSession, url: str, body: str | bytes,
-                 content_type: str = "application/json") -> tuple[int, str]:
+async def answer(
+    http: aiohttp.ClientSession, url: str, body: str | bytes, content_type: str = "application/json"
+) -> tuple[int, str]:
     data = body.encode() if isinstance(body, str) else body
     async with http.post(url, data=data, headers={**BEARER, "Content-Type": content_type}) as resp:
         return resp.status, (await resp.json())["error"]["code"]

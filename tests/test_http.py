@@ -1,4 +1,5 @@
 """Plain HTTP routes against a real gateway on loopback (fake engine)."""
+
 from __future__ import annotations
 
 import aiohttp
@@ -28,9 +29,13 @@ async def test_health_ready_voices_metrics(fake_server: Server, http: aiohttp.Cl
         assert r.status == 200 and "tts_sessions_total" in text
 
 
-async def test_batch_speech_is_whole_frames_of_expected_length(fake_server: Server, http: aiohttp.ClientSession) -> None:
+async def test_batch_speech_is_whole_frames_of_expected_length(
+    fake_server: Server, http: aiohttp.ClientSession
+) -> None:
     text = "Hello there. This is a batch request with two sentences."
-    async with http.post(fake_server.url + "/v1/audio/speech", json={"model": "kokoro", "input": text, "stream": False}) as r:
+    async with http.post(
+        fake_server.url + "/v1/audio/speech", json={"model": "kokoro", "input": text, "stream": False}
+    ) as r:
         assert r.status == 200
         assert r.headers["Content-Type"] == "audio/mpeg"
         audio = await r.read()
@@ -40,11 +45,14 @@ async def test_batch_speech_is_whole_frames_of_expected_length(fake_server: Serv
     assert abs(seconds - expected) < 0.12, (seconds, expected)
 
 
-@pytest.mark.parametrize("fmt,ctype", [("wav", "audio/wav"), ("pcm", "audio/pcm"), ("opus", "audio/ogg"),
-                                       ("aac", "audio/aac"), ("flac", "audio/flac")])
+@pytest.mark.parametrize(
+    "fmt,ctype",
+    [("wav", "audio/wav"), ("pcm", "audio/pcm"), ("opus", "audio/ogg"), ("aac", "audio/aac"), ("flac", "audio/flac")],
+)
 async def test_batch_other_formats(fake_server: Server, http: aiohttp.ClientSession, fmt: str, ctype: str) -> None:
-    async with http.post(fake_server.url + "/v1/audio/speech", json={"input": "One two three.", "response_format": fmt,
-                                                                  "stream": False}) as r:
+    async with http.post(
+        fake_server.url + "/v1/audio/speech", json={"input": "One two three.", "response_format": fmt, "stream": False}
+    ) as r:
         assert r.status == 200, await r.text()
         assert r.headers["Content-Type"].startswith(ctype)
         audio = await r.read()
@@ -87,7 +95,9 @@ BAD_BATCH = [
 
 
 @pytest.mark.parametrize("body,status,code", BAD_BATCH)
-async def test_batch_bad_input(fake_server: Server, http: aiohttp.ClientSession, body: dict, status: int, code: str) -> None:
+async def test_batch_bad_input(
+    fake_server: Server, http: aiohttp.ClientSession, body: dict, status: int, code: str
+) -> None:
     async with http.post(fake_server.url + "/v1/audio/speech", json=body) as r:
         assert r.status == status
         err = (await r.json())["error"]

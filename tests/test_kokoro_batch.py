@@ -7,13 +7,14 @@ The model's duration head is set so that every token lasts 2 frames at speed 1 (
 50 outputs at sigmoid 0.04): speeds 0.5 / 1 / 2 give 4 / 2 / 1 frames a token, far from any
 rounding edge, so the items of a batch differ in length both in tokens and in frames.
 """
+
 from __future__ import annotations
 
 import asyncio
 import math
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pytest
@@ -53,8 +54,16 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def kokoro_settings(folder: Path, max_batch: int) -> Settings:
     """A long window: a batch here closes when it is full or nobody else is on the way."""
-    return load_settings(env={}, overrides={"engine": "kokoro", "kokoro_dir": str(folder), "kokoro_device": "cpu",
-                                            "kokoro_max_batch": max_batch, "kokoro_batch_window_ms": 60_000.0})
+    return load_settings(
+        env={},
+        overrides={
+            "engine": "kokoro",
+            "kokoro_dir": str(folder),
+            "kokoro_device": "cpu",
+            "kokoro_max_batch": max_batch,
+            "kokoro_batch_window_ms": 60_000.0,
+        },
+    )
 
 
 async def started(folder: Path, max_batch: int) -> KokoroEngine:

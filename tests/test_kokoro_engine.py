@@ -6,6 +6,7 @@ random (510, 1, 256) voice pack. One change to the random weights keeps the test
 its lengths predictable: the duration head is zeroed, so every token lasts one frame
 (random weights would give ~25 frames a token: seconds of audio to vocode per word).
 """
+
 from __future__ import annotations
 
 import importlib.resources
@@ -23,8 +24,8 @@ from gateway.errors import BadRequest, EngineError
 torch = pytest.importorskip("torch", reason="the kokoro engine needs the torch extra: pip install -e '.[torch]'")
 pytest.importorskip("kokoro", reason="the kokoro engine needs the torch extra: pip install -e '.[torch]'")
 
-from gateway.engines.kokoro import KokoroEngine, find_model_files  # noqa: E402
 from gateway.core.options import check_voice  # noqa: E402
+from gateway.engines.kokoro import KokoroEngine, find_model_files  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -77,7 +78,9 @@ def write_model_folder(folder: Path) -> dict:
 @pytest.mark.slow  # builds the full-size Kokoro-82M (random weights) on torch: 20-55 s
 async def test_kokoro_engine_loads_offline_and_synthesizes(tmp_path: Path, start_server, http) -> None:
     config = write_model_folder(tmp_path)
-    settings = load_settings(env={}, overrides={"engine": "kokoro", "kokoro_dir": str(tmp_path), "kokoro_device": "cpu"})
+    settings = load_settings(
+        env={}, overrides={"engine": "kokoro", "kokoro_dir": str(tmp_path), "kokoro_device": "cpu"}
+    )
     engine = KokoroEngine(settings)
     await engine.start()
     try:
@@ -109,18 +112,22 @@ async def test_kokoro_engine_loads_offline_and_synthesizes(tmp_path: Path, start
 
         # the same engine behind the gateway's batch route
         server = await start_server(settings, engine)
-        async with http.post(f"{server.url}/v1/audio/speech",
-                             json={"input": "Hello.", "voice": "af_test", "response_format": "pcm"}) as resp:
+        async with http.post(
+            f"{server.url}/v1/audio/speech", json={"input": "Hello.", "voice": "af_test", "response_format": "pcm"}
+        ) as resp:
             assert resp.status == 200, await resp.text()
             assert len(await resp.read()) == lengths[0]
     finally:
         await engine.aclose()
 
 
-@pytest.mark.parametrize("remove, named", [
-    ("config.json", "config.json"),
-    ("model.pth", ".pth"),
-])
+@pytest.mark.parametrize(
+    "remove, named",
+    [
+        ("config.json", "config.json"),
+        ("model.pth", ".pth"),
+    ],
+)
 async def test_missing_model_file_is_named(tmp_path: Path, remove: str, named: str) -> None:
     (tmp_path / "voices").mkdir()
     for rel in ("config.json", "model.pth", "voices/af_test.pt"):
@@ -138,8 +145,9 @@ async def test_missing_model_file_is_named(tmp_path: Path, remove: str, named: s
 async def test_voice_packs_come_from_the_store_without_any_in_the_folder(tmp_path: Path) -> None:
     write_model_folder(tmp_path)
     (tmp_path / "voices" / "af_test.pt").unlink()
-    settings = load_settings(env={}, overrides={"engine": "kokoro", "kokoro_dir": str(tmp_path),
-                                                "kokoro_device": "cpu"})
+    settings = load_settings(
+        env={}, overrides={"engine": "kokoro", "kokoro_dir": str(tmp_path), "kokoro_device": "cpu"}
+    )
     engine = KokoroEngine(settings)
     await engine.start()
     try:
@@ -176,7 +184,9 @@ async def test_kokoro_engine_word_times_come_from_pred_dur(tmp_path: Path) -> No
 
     config = write_model_folder(tmp_path)
     per_frame = samples_per_frame(config)
-    settings = load_settings(env={}, overrides={"engine": "kokoro", "kokoro_dir": str(tmp_path), "kokoro_device": "cpu"})
+    settings = load_settings(
+        env={}, overrides={"engine": "kokoro", "kokoro_dir": str(tmp_path), "kokoro_device": "cpu"}
+    )
     engine = KokoroEngine(settings)
     await engine.start()
     try:

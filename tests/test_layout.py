@@ -2,6 +2,7 @@
 other only as ``MAY_IMPORT`` allows, its parts import each other one way, heavy libraries stay in
 the model's layers, and no module outgrows its limit. Read from the sources with ``ast``, so a
 function-level import counts as much as one at the top of a module."""
+
 from __future__ import annotations
 
 import ast
@@ -9,7 +10,6 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-
 
 ROOT = Path(__file__).resolve().parent.parent
 # Counted as ruff format lays code out (one argument a line where a call does not fit in 120
@@ -70,7 +70,17 @@ MAY_IMPORT: dict[str, set[str]] = {
 ENGINE_CONTRACT = {"gateway.engines", "gateway.engines.base"}
 SEES_CONCRETE_ENGINES = {"engines", "ops"}
 # Imported at a module's top level only in these layers; elsewhere inside the function that needs it.
-HEAVY = {"torch", "onnxruntime", "onnx", "boto3", "botocore", "kokoro", "misaki", "awscrt", "aws_sdk_sagemaker_runtime_http2"}
+HEAVY = {
+    "torch",
+    "onnxruntime",
+    "onnx",
+    "boto3",
+    "botocore",
+    "kokoro",
+    "misaki",
+    "awscrt",
+    "aws_sdk_sagemaker_runtime_http2",
+}
 HEAVY_LAYERS = {"engines", "kokoro"}
 
 
@@ -136,26 +146,41 @@ def part_graph() -> dict[str, set[str]]:
 def test_the_import_reader_sees_function_level_and_relative_imports(tmp_path: Path) -> None:
     source = tmp_path / "mod.py"
     source.write_text("from . import sib\nfrom ..audio import enc\n\ndef f():\n    import bench.common\n")
-    known = {"gateway", "gateway.engines", "gateway.engines.sib", "gateway.audio", "gateway.audio.enc",
-             "bench", "bench.common"}
+    known = {
+        "gateway",
+        "gateway.engines",
+        "gateway.engines.sib",
+        "gateway.audio",
+        "gateway.audio.enc",
+        "bench",
+        "bench.common",
+    }
     assert imported("gateway.engines.mod", source, known) == known - {"gateway.engines.mod"}
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
 def test_importing_the_app_loads_no_benchmark_or_test_code() -> None:
-    code = ("import json, sys, gateway.web.app; "
-            "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('bench', 'tests'))))")
+    code = (
+        "import json, sys, gateway.web.app; "
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('bench', 'tests'))))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == []
 
 
 def test_the_product_never_imports_bench_or_tests() -> None:
     files = module_files()
-    wrong = {name: sorted(m for m in imported(name, path, set(files)) if m.split(".")[0] == "bench")
-             for name, path in files.items() if name.split(".")[0] == "gateway"}
+    wrong = {
+        name: sorted(m for m in imported(name, path, set(files)) if m.split(".")[0] == "bench")
+        for name, path in files.items()
+        if name.split(".")[0] == "gateway"
+    }
     assert {n: m for n, m in wrong.items() if m} == {}
-    tests_named = [str(p.relative_to(ROOT)) for p in (ROOT / "gateway").rglob("*.py")
-                   if any(a.split(".")[0] == "tests" for a in _absolute_imports(p))]
+    tests_named = [
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "gateway").rglob("*.py")
+        if any(a.split(".")[0] == "tests" for a in _absolute_imports(p))
+    ]
     assert tests_named == []
 
 
@@ -173,8 +198,16 @@ def test_no_import_cycle_between_parts() -> None:
     """bench, gateway.engines, gateway.audio, gateway.agent, each module and subpackage of the
     other layers and each top-level module: the parts import each other one way only."""
     graph = part_graph()
-    assert {"bench", "gateway.engines", "gateway.kokoro.vocoder", "gateway.audio", "gateway.web.transports",
-            "gateway.web.app", "gateway.core.pipeline", "gateway.config"} <= graph.keys()
+    assert {
+        "bench",
+        "gateway.engines",
+        "gateway.kokoro.vocoder",
+        "gateway.audio",
+        "gateway.web.transports",
+        "gateway.web.app",
+        "gateway.core.pipeline",
+        "gateway.config",
+    } <= graph.keys()
     assert cycles(graph) == [], "parts that import each other, both ways"
 
 
@@ -230,14 +263,19 @@ def top_level_imports(path: Path) -> set[str]:
 
 def test_heavy_libraries_are_imported_at_module_level_only_in_the_model_layers() -> None:
     files = module_files()
-    wrong = {name: sorted(top_level_imports(path) & HEAVY) for name, path in files.items()
-             if name.split(".")[0] == "gateway" and layer_of(name) not in HEAVY_LAYERS}
+    wrong = {
+        name: sorted(top_level_imports(path) & HEAVY)
+        for name, path in files.items()
+        if name.split(".")[0] == "gateway" and layer_of(name) not in HEAVY_LAYERS
+    }
     assert {n: h for n, h in wrong.items() if h} == {}
 
 
 def test_serving_loads_no_heavy_library_until_an_engine_is_chosen() -> None:
-    code = ("import json, sys, gateway.ops.cli, gateway.ops.server, gateway.web.app, gateway.web.container; "
-            f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({sorted(HEAVY)!r}))))")
+    code = (
+        "import json, sys, gateway.ops.cli, gateway.ops.server, gateway.web.app, gateway.web.container; "
+        f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({sorted(HEAVY)!r}))))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == []
 

@@ -1,11 +1,12 @@
 """The load test: knee finder and AWS rule on synthetic data, playback stalls, and real sweeps
 on the fake engine whose recommended target must move when the engine is made slower."""
+
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Awaitable, Callable
 
 import aiohttp
 import pytest
@@ -16,9 +17,12 @@ from bench.slo import LevelResult, ServiceLevel, find_knee, invocations_per_inst
 from tests.conftest import Server, fake_settings
 
 
-def level(c: int, p90: float | None, *, stalled: int = 0, errors: int = 0, rps: float = 1.0, n: int = 10) -> LevelResult:
-    return LevelResult(concurrency=c, sessions=n, errors=errors, ttfa_p50_ms=p90, ttfa_p90_ms=p90,
-                       stalled_sessions=stalled, rps=rps)
+def level(
+    c: int, p90: float | None, *, stalled: int = 0, errors: int = 0, rps: float = 1.0, n: int = 10
+) -> LevelResult:
+    return LevelResult(
+        concurrency=c, sessions=n, errors=errors, ttfa_p50_ms=p90, ttfa_p90_ms=p90, stalled_sessions=stalled, rps=rps
+    )
 
 
 SLO = ServiceLevel(ttfa_p90_ms=500)
@@ -87,10 +91,32 @@ async def test_stalls_are_seen_when_the_engine_is_slower_than_real_time(
 
 def run_sweep(tmp: Path, rtf: float) -> dict:
     out = tmp / f"rtf{rtf}"
-    main(["--engine", "fake", "--set", f"fake_rtf={rtf}", "--set", "max_active_sessions=2",
-          "--set", "max_queued_sessions=32", "--levels", "2,4", "--duration", "1", "--format", "pcm",
-          "--text", "please confirm the booking for tonight", "--ttfa-p90-ms", "300", "--safety", "1.0",
-          "--out", str(out)])
+    main(
+        [
+            "--engine",
+            "fake",
+            "--set",
+            f"fake_rtf={rtf}",
+            "--set",
+            "max_active_sessions=2",
+            "--set",
+            "max_queued_sessions=32",
+            "--levels",
+            "2,4",
+            "--duration",
+            "1",
+            "--format",
+            "pcm",
+            "--text",
+            "please confirm the booking for tonight",
+            "--ttfa-p90-ms",
+            "300",
+            "--safety",
+            "1.0",
+            "--out",
+            str(out),
+        ]
+    )
     return {"result": json.loads((out / "result.json").read_text()), "out": out}
 
 
@@ -108,5 +134,6 @@ def test_recommended_target_moves_when_the_engine_is_slower(tmp_path: Path) -> N
     assert json.loads((slow["out"] / "policy.json").read_text())["TargetValue"] == 2.0
     rps = slow["result"]["recommendation"]["max_rps"]
     assert json.loads((slow["out"] / "policy-invocations.json").read_text())["TargetValue"] == pytest.approx(
-        round(rps * 30, 1))
+        round(rps * 30, 1)
+    )
     assert (slow["out"] / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

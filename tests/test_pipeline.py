@@ -1,24 +1,26 @@
 """The core as a pipeline: bounded look-ahead, one synthesis path for batch and streaming, one
 channel for the gateway's socket and the model container's (fake engine, real servers)."""
+
 from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp import web
 
+from bench.client import ws_stream
 from gateway.core import batch
-from gateway.web.container import STREAM_PATH, make_container_app
-from gateway.engines.fake import FakeEngine
 from gateway.core.options import parse_options
 from gateway.core.pipeline import OUT_EVENTS
-from gateway.web.state import GATEWAY
 from gateway.core.stream import StreamSession
 from gateway.core.synthesis import SynthesisHub
-from bench.client import ws_stream
+from gateway.engines.fake import FakeEngine
+from gateway.web.container import STREAM_PATH, make_container_app
+from gateway.web.state import GATEWAY
 
 from .conftest import Server, fake_settings, free_port
 
@@ -45,8 +47,14 @@ async def test_a_consumer_that_does_not_read_bounds_synthesis(lookahead: int) ->
         pipeline = session.pipeline
         # nobody reads: the encoder waits for the channel, and synthesis for room in `ready`
         # (holding the next text: taken from `texts`, its engine call not started)
-        await until(lambda: not session.out.empty() and pipeline.ready.full() and not hub.flights
-                    and pipeline.texts.qsize() == len(SENTENCES) - engine.calls)
+        await until(
+            lambda: (
+                not session.out.empty()
+                and pipeline.ready.full()
+                and not hub.flights
+                and pipeline.texts.qsize() == len(SENTENCES) - engine.calls
+            )
+        )
         # the encoder's segment and `lookahead` more were synthesized; the next one waits
         assert engine.calls == lookahead + 1 and engine.active == 0
         sentences = []
@@ -76,7 +84,8 @@ async def test_batch_and_stream_give_the_same_audio(fmt: str) -> None:
 
 
 async def test_openai_batch_and_its_stream_and_the_socket_give_the_same_pcm(
-        fake_server: Server, http: aiohttp.ClientSession) -> None:
+    fake_server: Server, http: aiohttp.ClientSession
+) -> None:
     body = {"input": REPLY, "response_format": "pcm", "voice": "tone_a"}
     async with http.post(fake_server.url + "/v1/audio/speech", json={**body, "stream": False}) as resp:
         assert resp.status == 200
@@ -105,15 +114,20 @@ async def _reply(http: aiohttp.ClientSession, url: str, messages: list[Any]) -> 
 
 
 async def test_the_container_socket_and_the_gateway_socket_run_one_channel(
-        fake_server: Server, http: aiohttp.ClientSession) -> None:
+    fake_server: Server, http: aiohttp.ClientSession
+) -> None:
     runner = web.AppRunner(make_container_app(fake_settings()))
     await runner.setup()
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     try:
         await runner.app[GATEWAY].ready.wait()
-        messages = ["not json", {"type": "start", "format": "mp3", "cache": False},
-                    {"type": "text", "text": REPLY}, {"type": "end"}]
+        messages = [
+            "not json",
+            {"type": "start", "format": "mp3", "cache": False},
+            {"type": "text", "text": REPLY},
+            {"type": "end"},
+        ]
         gateway = await _reply(http, fake_server.ws_url, messages)
         container = await _reply(http, f"ws://127.0.0.1:{port}{STREAM_PATH}", messages)
     finally:
@@ -163,8 +177,9 @@ async def test_nothing_of_a_cancelled_turn_follows_its_cancelled() -> None:
     the cancel could not stop it, and the room the cancel made let the error through."""
     settings = fake_settings()
     engine, agent = FakeEngine(settings), FailingAgent(words=OUT_EVENTS)
-    session = StreamSession(engine, parse_options({}, settings, engine), settings, agent=agent,
-                            hub=SynthesisHub(engine))
+    session = StreamSession(
+        engine, parse_options({}, settings, engine), settings, agent=agent, hub=SynthesisHub(engine)
+    )
     session.multi_turn = True  # as on the WebSocket
     try:
         session.push_prompt("Hi?")

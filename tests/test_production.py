@@ -4,6 +4,7 @@ behind trusted proxies, every HTTP error in the JSON shape, nothing to speak.
 Servers are real: ``run_gateway.py`` in a subprocess (bench/procs.py) for the workers and for
 aiohttp's own parser errors, the in-process gateway for the rest; the fake engine throughout.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -12,8 +13,8 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Awaitable, Callable
 
 import aiohttp
 import pytest
@@ -22,10 +23,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.client import sse_stream, ws_stream
 from bench.procs import ServerProcess
-from gateway.engines.fake import FakeEngine
-from gateway.web.proxies import parse_trusted, resolve_client
 from gateway.core.speakable import speakable
+from gateway.engines.fake import FakeEngine
 from gateway.ops.workers import WORKER_HEADER
+from gateway.web.proxies import parse_trusted, resolve_client
 
 from .conftest import Server, fake_settings
 
@@ -48,7 +49,9 @@ async def until(condition: Callable[[], Awaitable[bool] | bool], timeout: float,
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
-async def ws_session(http: aiohttp.ClientSession, url: str, text: str = "Hello there. How are you?") -> tuple[int, dict]:
+async def ws_session(
+    http: aiohttp.ClientSession, url: str, text: str = "Hello there. How are you?"
+) -> tuple[int, dict]:
     """One WebSocket session to its end: (the pid of the worker that served it, its ``done``)."""
     async with http.ws_connect(url.replace("http://", "ws://") + "/v1/stream/ws") as ws:
         pid = int(ws._response.headers[WORKER_HEADER])
@@ -125,8 +128,11 @@ async def test_a_killed_worker_comes_back_and_the_port_keeps_serving(two_workers
         pids = {pid for pid, _ in before}
         victim = min(pids)
         os.kill(victim, signal.SIGKILL)
-        await until(lambda: any(f"worker {victim} exited" in line for line in list(two_workers.tail)), 30,
-                    "the supervisor to see the worker die")
+        await until(
+            lambda: any(f"worker {victim} exited" in line for line in list(two_workers.tail)),
+            30,
+            "the supervisor to see the worker die",
+        )
         seen: set[int] = set()
 
         async def replaced() -> bool:  # every session in the meantime is served, by someone
@@ -164,18 +170,21 @@ async def test_sigterm_drains_every_worker() -> None:
 
 
 # -- behind a proxy ---------------------------------------------------------------------------
-@pytest.mark.parametrize("peer,hops,trusted,client", [
-    ("203.0.113.9", ["198.51.100.1"], "", "203.0.113.9"),  # nobody trusted: headers ignored
-    ("203.0.113.9", ["198.51.100.1"], "10.0.0.0/8", "203.0.113.9"),  # peer not trusted
-    ("10.0.0.2", ["198.51.100.1"], "10.0.0.0/8", "198.51.100.1"),
-    ("10.0.0.2", ["6.6.6.6", "198.51.100.1", "10.0.0.7"], "10.0.0.0/8", "198.51.100.1"),  # right-most untrusted
-    ("10.0.0.2", ["10.0.0.5", "10.0.0.7"], "10.0.0.0/8", "10.0.0.5"),  # all trusted: the first
-    ("10.0.0.2", ["198.51.100.1", "unknown"], "10.0.0.0/8", "10.0.0.2"),  # unreadable hop: the proxy
-    ("10.0.0.2", ['"[2001:db8::1]:4711"'], "10.0.0.0/8", "2001:db8::1"),
-    ("10.0.0.2", ["192.0.2.60:5060"], "10.0.0.2", "192.0.2.60"),
-    ("::ffff:10.0.0.2", ["192.0.2.60"], "10.0.0.0/8", "192.0.2.60"),  # v4 peer on a v6 socket
-    ("10.0.0.2", [], "10.0.0.0/8", "10.0.0.2"),
-])
+@pytest.mark.parametrize(
+    "peer,hops,trusted,client",
+    [
+        ("203.0.113.9", ["198.51.100.1"], "", "203.0.113.9"),  # nobody trusted: headers ignored
+        ("203.0.113.9", ["198.51.100.1"], "10.0.0.0/8", "203.0.113.9"),  # peer not trusted
+        ("10.0.0.2", ["198.51.100.1"], "10.0.0.0/8", "198.51.100.1"),
+        ("10.0.0.2", ["6.6.6.6", "198.51.100.1", "10.0.0.7"], "10.0.0.0/8", "198.51.100.1"),  # right-most untrusted
+        ("10.0.0.2", ["10.0.0.5", "10.0.0.7"], "10.0.0.0/8", "10.0.0.5"),  # all trusted: the first
+        ("10.0.0.2", ["198.51.100.1", "unknown"], "10.0.0.0/8", "10.0.0.2"),  # unreadable hop: the proxy
+        ("10.0.0.2", ['"[2001:db8::1]:4711"'], "10.0.0.0/8", "2001:db8::1"),
+        ("10.0.0.2", ["192.0.2.60:5060"], "10.0.0.2", "192.0.2.60"),
+        ("::ffff:10.0.0.2", ["192.0.2.60"], "10.0.0.0/8", "192.0.2.60"),  # v4 peer on a v6 socket
+        ("10.0.0.2", [], "10.0.0.0/8", "10.0.0.2"),
+    ],
+)
 def test_resolve_client(peer: str, hops: list[str], trusted: str, client: str) -> None:
     assert resolve_client(peer, hops, parse_trusted(trusted)) == client
 
@@ -185,16 +194,21 @@ def test_trusted_proxies_must_parse() -> None:
         parse_trusted("10.0.0.1, 10.0.0.300")
 
 
-@pytest.mark.parametrize("trusted,header,second_admitted", [
-    ("127.0.0.1", "X-Forwarded-For", True),
-    ("127.0.0.0/8, ::1", "Forwarded", True),
-    ("10.0.0.0/8", "X-Forwarded-For", False),  # loopback is not trusted: one client, the proxy
-])
+@pytest.mark.parametrize(
+    "trusted,header,second_admitted",
+    [
+        ("127.0.0.1", "X-Forwarded-For", True),
+        ("127.0.0.0/8, ::1", "Forwarded", True),
+        ("10.0.0.0/8", "X-Forwarded-For", False),  # loopback is not trusted: one client, the proxy
+    ],
+)
 async def test_forwarded_client_counts_only_from_trusted_peers(
-        start_server: Callable[..., Awaitable[Server]], trusted: str, header: str, second_admitted: bool) -> None:
+    start_server: Callable[..., Awaitable[Server]], trusted: str, header: str, second_admitted: bool
+) -> None:
     header_setting = {"forwarded_header": "forwarded"} if header == "Forwarded" else {}
-    server = await start_server(fake_settings(trusted_proxies=trusted, max_sessions_per_client=1, fake_hang=True,
-                                              **header_setting))
+    server = await start_server(
+        fake_settings(trusted_proxies=trusted, max_sessions_per_client=1, fake_hang=True, **header_setting)
+    )
 
     def claim(ip: str) -> dict[str, str]:
         return {header: f"for={ip}" if header == "Forwarded" else f"{ip}, 127.0.0.1"}
@@ -212,25 +226,34 @@ async def test_forwarded_client_counts_only_from_trusted_peers(
 async def test_the_access_log_names_the_forwarded_client() -> None:
     with ServerProcess("serve", *FAKE, settings=[*QUIET, "trusted_proxies=127.0.0.1"]) as server:
         async with aiohttp.ClientSession() as http:
-            async with http.ws_connect(server.url.replace("http://", "ws://") + "/v1/stream/ws",
-                                       headers={"X-Forwarded-For": "198.51.100.23"}) as ws:
+            async with http.ws_connect(
+                server.url.replace("http://", "ws://") + "/v1/stream/ws", headers={"X-Forwarded-For": "198.51.100.23"}
+            ) as ws:
                 await ws.send_json({"type": "text", "text": "Hello there."})
                 await ws.send_json({"type": "end"})
                 events = [m.json()["type"] async for m in ws if m.type == aiohttp.WSMsgType.TEXT]
             assert events[-1] == "done", events  # a WebSocket on the request with the client's address
-            async with http.get(server.url + "/v1/stream/sse?text=Hi%20there.",
-                                headers={"X-Forwarded-For": "198.51.100.23"}) as r:
+            async with http.get(
+                server.url + "/v1/stream/sse?text=Hi%20there.", headers={"X-Forwarded-For": "198.51.100.23"}
+            ) as r:
                 assert r.status == 200 and b"event: done" in await r.read()
             async with http.get(server.url + "/healthz", headers={"X-Forwarded-For": "[2001:db8::7]:80"}) as r:
                 assert r.status == 200
 
         def logged(client: str, path: str) -> bool:
-            return any("aiohttp.access" in line and f": {client} [" in line and path in line
-                       for line in list(server.tail))
+            return any(
+                "aiohttp.access" in line and f": {client} [" in line and path in line for line in list(server.tail)
+            )
 
-        await until(lambda: logged("198.51.100.23", "/v1/stream/sse") and logged("2001:db8::7", "/healthz")
-                    and logged("198.51.100.23", '/v1/stream/ws HTTP/1.1" 101 '),
-                    10, "the access log lines:\n" + "\n".join(list(server.tail)[-6:]))
+        await until(
+            lambda: (
+                logged("198.51.100.23", "/v1/stream/sse")
+                and logged("2001:db8::7", "/healthz")
+                and logged("198.51.100.23", '/v1/stream/ws HTTP/1.1" 101 ')
+            ),
+            10,
+            "the access log lines:\n" + "\n".join(list(server.tail)[-6:]),
+        )
 
 
 # -- every error in one shape -------------------------------------------------------------
@@ -260,16 +283,26 @@ def assert_shape(status: int, body: bytes | dict, want_status: int, want_code: s
     assert parsed["error"]["code"] == want_code and parsed["error"]["message"], parsed
 
 
-@pytest.mark.parametrize("request_bytes,status,code", [
-    (b"GET /healthz?q=" + b"a" * 20_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414, "uri_too_long"),
-    (b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 9000 + b"\r\n\r\n", 431, "headers_too_large"),
-    (b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-%d: a\r\n" % i for i in range(200)) + b"\r\n",
-     431, "headers_too_large"),
-    (b"GARBAGE\r\n\r\n", 400, "bad_request"),
-    (b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n", 400, "bad_request"),
-    (b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",
-     400, "bad_request"),
-], ids=["query-20kB", "header-9kB", "200-headers", "not-http", "bad-content-length", "bad-chunk"])
+@pytest.mark.parametrize(
+    "request_bytes,status,code",
+    [
+        (b"GET /healthz?q=" + b"a" * 20_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414, "uri_too_long"),
+        (b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 9000 + b"\r\n\r\n", 431, "headers_too_large"),
+        (
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-%d: a\r\n" % i for i in range(200)) + b"\r\n",
+            431,
+            "headers_too_large",
+        ),
+        (b"GARBAGE\r\n\r\n", 400, "bad_request"),
+        (b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n", 400, "bad_request"),
+        (
+            b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",
+            400,
+            "bad_request",
+        ),
+    ],
+    ids=["query-20kB", "header-9kB", "200-headers", "not-http", "bad-content-length", "bad-chunk"],
+)
 def test_parser_errors_answer_json(one_process: ServerProcess, request_bytes: bytes, status: int, code: str) -> None:
     assert_shape(*raw_exchange(one_process.port, request_bytes), status, code)
 
@@ -282,8 +315,11 @@ async def test_routing_errors_answer_json(one_process: ServerProcess) -> None:
         async with http.delete(url + "/healthz") as r:
             assert_shape(r.status, await r.json(), 405, "method_not_allowed")
             assert "GET" in r.headers["Allow"]
-        async with http.post(url + "/v1/audio/speech", data=io.BytesIO(b"{" + b" " * (1 << 20) + b"}"),
-                             headers={"Content-Type": "application/json"}) as r:
+        async with http.post(
+            url + "/v1/audio/speech",
+            data=io.BytesIO(b"{" + b" " * (1 << 20) + b"}"),
+            headers={"Content-Type": "application/json"},
+        ) as r:
             assert_shape(r.status, await r.json(), 413, "too_large")
         for path in ("/static/missing.js", "/static/..%2fREADME.md"):  # and nothing outside static/
             async with http.get(yarl.URL(url + path, encoded=True)) as r:
@@ -296,17 +332,30 @@ async def test_routing_errors_answer_json(one_process: ServerProcess) -> None:
 
 @pytest.mark.parametrize("text", ["😀🎉 👍", "\x00\x01\x07\x1b", "... !!! ---", " \u200b\u2063 ?"])
 @pytest.mark.parametrize("stream", [False, True])
-async def test_nothing_to_speak_is_a_400_before_synthesis(fake_server: Server, http: aiohttp.ClientSession,
-                                                          text: str, stream: bool) -> None:
+async def test_nothing_to_speak_is_a_400_before_synthesis(
+    fake_server: Server, http: aiohttp.ClientSession, text: str, stream: bool
+) -> None:
     async with http.post(fake_server.url + "/v1/audio/speech", json={"input": text, "stream": stream}) as r:
         assert_shape(r.status, await r.json(), 400, "nothing_to_speak")  # stream: before any header
     assert fake_server.engine.calls == 0  # decided before synthesis
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("Hello", True), ("42", True), ("日本語", True), ("é", True), ("😀 1", True),
-    ("😀", False), ("...", False), ("\x00\x1b", False), ("_ _", False), ("", False), ("— «» ¿?", False),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("Hello", True),
+        ("42", True),
+        ("日本語", True),
+        ("é", True),
+        ("😀 1", True),
+        ("😀", False),
+        ("...", False),
+        ("\x00\x1b", False),
+        ("_ _", False),
+        ("", False),
+        ("— «» ¿?", False),
+    ],
+)
 def test_speakable(text: str, expected: bool) -> None:
     assert speakable(text) is expected
 
@@ -325,8 +374,9 @@ class SilentOn(FakeEngine):
 
 
 @pytest.mark.parametrize("tokens", [["😀🎉 👍"], ["😀", " 🎉", " ..."], ["\x00\x07 ---"]])
-async def test_a_reply_with_nothing_to_speak_is_an_error_on_both_channels(fake_server: Server, http: aiohttp.ClientSession,
-                                                                          tokens: list[str]) -> None:
+async def test_a_reply_with_nothing_to_speak_is_an_error_on_both_channels(
+    fake_server: Server, http: aiohttp.ClientSession, tokens: list[str]
+) -> None:
     ws = await ws_stream(http, fake_server.ws_url, tokens=tokens, options={"format": "pcm"})
     assert ws.error is not None and ws.error["code"] == "nothing_to_speak" and ws.done is None
     assert not ws.payloads and ws.close_code == 1008
@@ -337,8 +387,12 @@ async def test_a_reply_with_nothing_to_speak_is_an_error_on_both_channels(fake_s
 async def test_a_segment_with_nothing_to_say_is_skipped_and_counted(start_server, http: aiohttp.ClientSession) -> None:
     settings = fake_settings()
     server = await start_server(settings, SilentOn(settings))
-    r = await ws_stream(http, server.ws_url, text="First one here. Zzyzx road sign. Last one now.",
-                        options={"format": "pcm", "envelope": "msgpack"})
+    r = await ws_stream(
+        http,
+        server.ws_url,
+        text="First one here. Zzyzx road sign. Last one now.",
+        options={"format": "pcm", "envelope": "msgpack"},
+    )
     assert r.done is not None and r.error is None
     assert [e["text"] for e in r.of("sentence")] == ["First one here.", "Zzyzx road sign.", "Last one now."]
     assert {p["sentence"] for p in r.of("audio")} == {0, 2}  # nothing for the one in the middle

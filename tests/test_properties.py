@@ -10,6 +10,7 @@ or refused with the gateway's own error (``BadRequest`` and a client code from a
 the WebSocket, a reply ended in ``internal_error``). The forwarded-header parser and tokens
 have theirs in tests/test_edges.py and tests/test_tokens.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,18 +19,18 @@ import math
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gateway.kokoro import voicecatalog
 from gateway.audio.encoders import OPUS_SAMPLE_RATES
 from gateway.audio.mp3 import mp3_bitrates
 from gateway.audio.resample import SAMPLE_RATES
+from gateway.core.heard import Transcript
+from gateway.core.options import ENVELOPES, FORMATS, MP3_BITRATES, StreamOptions, parse_options
 from gateway.engines.container import container_event
 from gateway.engines.fake import FakeEngine
 from gateway.errors import CLIENT_CODES, BadRequest, GatewayError
-from gateway.core.heard import Transcript
+from gateway.kokoro import voicecatalog
+from gateway.kokoro.timestamps import words_event
 from gateway.web.jsonbody import decode_object
 from gateway.web.openai_speech import parse_speech
-from gateway.core.options import ENVELOPES, FORMATS, MP3_BITRATES, StreamOptions, parse_options
-from gateway.kokoro.timestamps import words_event
 from gateway.web.transports.ws_input import CLIENT_TYPES, parse_message, validate_message
 
 from .conftest import fake_settings
@@ -42,23 +43,35 @@ KNOWN = {"tone_a", "tone_b"}
 FAST = settings(max_examples=150, deadline=None)
 
 # -- generated values -------------------------------------------------------------------------
-scalars = (st.none() | st.booleans() | st.integers() | st.just(10**400)
-           | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=12))
-json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3)
-                           | st.dictionaries(st.text(max_size=6), inner, max_size=3), max_leaves=6)
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.just(10**400)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=12)
+)
+json_values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=6,
+)
 numbers_as_text = st.one_of(
-    st.floats(allow_nan=True, allow_infinity=True).map(repr), st.integers(-10, 10**6).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.integers(-10, 10**6).map(str),
     st.sampled_from(["", " 1 ", "1e400", "-0", "0x10", "1_0", "nan", "inf", "١", "64.9", "True", "1e-400"]),
 )
 # blend spellings: known and unknown voices, weights written every way, stray spaces and parentheses
 weight_texts = st.one_of(
-    st.floats(0, 2000, allow_nan=False).map(lambda w: f"{w:g}"), st.floats(0, 2000).map(repr),
+    st.floats(0, 2000, allow_nan=False).map(lambda w: f"{w:g}"),
+    st.floats(0, 2000).map(repr),
     st.integers(0, 2000).map(str),
     st.sampled_from(["", ".5", "5.", "1e-5", "2E2", "1e", "e5", "1e400", "1e-400", "-1", "+1", "١", "0x1", " 2 "]),
 )
 blend_parts = st.builds(
     lambda pad, name, weight: f"{pad}{name}{'' if weight is None else f'({weight})'}{pad}",
-    st.sampled_from(["", " ", "\t"]), st.sampled_from([*sorted(KNOWN), "tone_c", "tone_a(", ""]),
+    st.sampled_from(["", " ", "\t"]),
+    st.sampled_from([*sorted(KNOWN), "tone_c", "tone_a(", ""]),
     st.none() | weight_texts,
 )
 blend_specs = st.lists(blend_parts, min_size=1, max_size=10).map("+".join) | st.text("tone_ab(1).e+ ", max_size=30)
@@ -70,8 +83,20 @@ OPTIONS = {
     "sample_rate": numbers_as_text | st.sampled_from([*SAMPLE_RATES, 11025, 96000, "", "24000.0"]),
     "response_format": st.sampled_from(["wav", "flac"]),
     "bitrate": numbers_as_text | st.sampled_from(MP3_BITRATES),
-    "chunking": st.sampled_from(["frames", "FRAMES", "bytes:7", "bytes:0", "bytes:-1", "bytes:x", "bytes:1048577",
-                                 "bytes:" + "9" * 5000, "bytes: 12", ""]),
+    "chunking": st.sampled_from(
+        [
+            "frames",
+            "FRAMES",
+            "bytes:7",
+            "bytes:0",
+            "bytes:-1",
+            "bytes:x",
+            "bytes:1048577",
+            "bytes:" + "9" * 5000,
+            "bytes: 12",
+            "",
+        ]
+    ),
     "envelope": st.sampled_from(["json", "msgpack", "MSGPACK", "xml", ""]),
     "text": st.text(max_size=70),
     "prompt": st.text(max_size=50),
@@ -109,10 +134,21 @@ def check_options(opts: StreamOptions, engine: FakeEngine, fmt: str = "") -> Non
 
 def as_raw(opts: StreamOptions) -> dict[str, object]:
     """The options spelt as a client would send them again."""
-    return {"voice": opts.voice, "speed": opts.speed, "format": opts.format, "bitrate": opts.bitrate,
-            "chunking": opts.chunking, "envelope": opts.envelope, "text": opts.text, "prompt": opts.prompt,
-            "first_clause": opts.first_clause, "cache": opts.cache, "vocoder": opts.vocoder,
-            "buffered_s": opts.buffered_s, "sample_rate": opts.sample_rate}
+    return {
+        "voice": opts.voice,
+        "speed": opts.speed,
+        "format": opts.format,
+        "bitrate": opts.bitrate,
+        "chunking": opts.chunking,
+        "envelope": opts.envelope,
+        "text": opts.text,
+        "prompt": opts.prompt,
+        "first_clause": opts.first_clause,
+        "cache": opts.cache,
+        "vocoder": opts.vocoder,
+        "buffered_s": opts.buffered_s,
+        "sample_rate": opts.sample_rate,
+    }
 
 
 # -- the options parser ------------------------------------------------------------------------
@@ -121,7 +157,7 @@ def as_raw(opts: StreamOptions) -> dict[str, object]:
 @example(raw={"bitrate": float("inf")}, blends=False)  # was OverflowError: a 500, or a dropped socket
 @example(raw={"bitrate": "1e400"}, blends=False)
 @example(raw={"speed": 10**400}, blends=False)  # was OverflowError (int past a float's range)
-@example(raw={"buffered_s": -10**400}, blends=False)
+@example(raw={"buffered_s": -(10**400)}, blends=False)
 @example(raw={"bitrate": 64.9}, blends=False)  # was accepted as 64
 @example(raw={"speed": True}, blends=False)  # was accepted as 1.0
 def test_options_are_accepted_in_range_or_refused_with_a_client_code(raw: dict, blends: bool) -> None:
@@ -140,17 +176,25 @@ def test_options_are_accepted_in_range_or_refused_with_a_client_code(raw: dict, 
     assert parse_options({k: str(v) for k, v in again.items()}, SETTINGS, engine) == opts
 
 
-speech_bodies = st.fixed_dictionaries({}, optional={
-    "input": st.sampled_from(["Hello there.", "", "  ", "...", "!?"]) | st.text(max_size=30) | json_values,
-    "model": st.sampled_from(["tts-1", "kokoro", "gpt-5"]) | json_values,
-    "voice": st.sampled_from(["alloy", "coral", "tone_b", "nobody"]) | json_values,
-    "response_format": st.sampled_from(["mp3", "aac", "flac", "pcm", "ulaw", "opus", "webm"]) | json_values,
-    "sample_rate": st.sampled_from([*SAMPLE_RATES, 12000]) | json_values,
-    "speed": st.floats(0.1, 5.0) | json_values,
-    "stream": st.sampled_from([True, False, "true", "nope"]) | json_values,
-    "stream_format": st.sampled_from(["audio", "sse"]) | json_values,
-    "bitrate": json_values, "instructions": json_values, "cache": json_values,
-}) | json_values
+speech_bodies = (
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "input": st.sampled_from(["Hello there.", "", "  ", "...", "!?"]) | st.text(max_size=30) | json_values,
+            "model": st.sampled_from(["tts-1", "kokoro", "gpt-5"]) | json_values,
+            "voice": st.sampled_from(["alloy", "coral", "tone_b", "nobody"]) | json_values,
+            "response_format": st.sampled_from(["mp3", "aac", "flac", "pcm", "ulaw", "opus", "webm"]) | json_values,
+            "sample_rate": st.sampled_from([*SAMPLE_RATES, 12000]) | json_values,
+            "speed": st.floats(0.1, 5.0) | json_values,
+            "stream": st.sampled_from([True, False, "true", "nope"]) | json_values,
+            "stream_format": st.sampled_from(["audio", "sse"]) | json_values,
+            "bitrate": json_values,
+            "instructions": json_values,
+            "cache": json_values,
+        },
+    )
+    | json_values
+)
 
 
 @FAST
@@ -171,11 +215,16 @@ def test_openai_speech_bodies_are_accepted_in_range_or_refused(body: object) -> 
 # -- the WebSocket message parser -----------------------------------------------------------------
 ws_messages = st.fixed_dictionaries(
     {"type": st.sampled_from([*CLIENT_TYPES, "bogus", ""]) | json_values},
-    optional={"text": st.text(max_size=70) | json_values, "prompt": st.text(max_size=50) | json_values,
-              "played_ms": st.floats(-1, 2e9) | json_values},
+    optional={
+        "text": st.text(max_size=70) | json_values,
+        "prompt": st.text(max_size=50) | json_values,
+        "played_ms": st.floats(-1, 2e9) | json_values,
+    },
 )
 ws_frames = st.one_of(
-    ws_messages.map(json.dumps), json_values.map(json.dumps), st.text(max_size=40),
+    ws_messages.map(json.dumps),
+    json_values.map(json.dumps),
+    st.text(max_size=40),
     st.integers(1, 20_000).map(lambda n: "[" * n),
     st.integers(4301, 20_000).map(lambda n: '{"type": "cancel", "played_ms": ' + "1" * n + "}"),
 )
@@ -319,8 +368,11 @@ def test_heard_text_is_a_prefix_of_what_was_sent_and_grows_with_played_ms(reply,
 # -- what a model container (or a SageMaker endpoint) sends the gateway's engine -------------------
 upstream_events = st.fixed_dictionaries(
     {"type": st.sampled_from(["ready", "words", "done", "error", "audio"]) | scalars},
-    optional={"sample_rate": st.sampled_from([24000, 16000]) | scalars, "message": scalars,
-              "code": st.sampled_from(["unknown_voice", "boom"]) | scalars},
+    optional={
+        "sample_rate": st.sampled_from([24000, 16000]) | scalars,
+        "message": scalars,
+        "code": st.sampled_from(["unknown_voice", "boom"]) | scalars,
+    },
 ).map(json.dumps)
 
 
@@ -340,13 +392,19 @@ def test_any_frame_from_a_model_container_is_an_event_or_an_engine_error(frame: 
         assert isinstance(event, dict) and event.get("type") != "error"
 
 
-word_lists = st.lists(st.fixed_dictionaries({}, optional={"word": st.text(max_size=8) | json_values,
-                                                          "start_ms": scalars, "end_ms": scalars}), max_size=4)
+word_lists = st.lists(
+    st.fixed_dictionaries(
+        {}, optional={"word": st.text(max_size=8) | json_values, "start_ms": scalars, "end_ms": scalars}
+    ),
+    max_size=4,
+)
 
 
 @FAST
-@given(event=st.fixed_dictionaries({"type": st.just("words") | scalars}, optional={"words": word_lists | json_values})
-       | json_values.filter(lambda v: isinstance(v, dict)))
+@given(
+    event=st.fixed_dictionaries({"type": st.just("words") | scalars}, optional={"words": word_lists | json_values})
+    | json_values.filter(lambda v: isinstance(v, dict))
+)
 @example(event={"type": "words", "words": [{"word": "hi", "start_ms": float("inf"), "end_ms": 1}]})  # was OverflowError
 @example(event={"type": "words", "words": [{"word": " ", "start_ms": 0, "end_ms": 1}]})  # was IndexError in heard
 def test_a_words_event_from_upstream_is_word_times_or_dropped(event: dict) -> None:

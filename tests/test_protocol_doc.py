@@ -9,24 +9,26 @@ sources pass (``code=...``, ``{"code": ...}``, ``Fatal(close, code, ...)``), and
 from every ``Event("...")`` the sources build and OpenAI's ``speech.audio.*`` types. Every name
 must appear in its table in PROTOCOL.md, and every table row must name something that exists.
 """
+
 from __future__ import annotations
 
 import ast
 import importlib
 import pkgutil
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 import gateway
+from gateway.core.options import parse_options
+from gateway.errors import GatewayError
 from gateway.web import httperrors, tokens
 from gateway.web.app import make_app
 from gateway.web.container import make_container_app
-from gateway.errors import GatewayError
 from gateway.web.openai_speech import parse_speech
-from gateway.core.options import parse_options
 from gateway.web.state import GATEWAY
 from gateway.web.transports.ws_input import CLIENT_TYPES, validate_message
 from tests.conftest import fake_settings
@@ -84,6 +86,7 @@ def assert_same(found: set[str], documented: set[str], what: str) -> None:
 
 # --- routes -----------------------------------------------------------------------------------
 
+
 def routes(app: Any) -> set[str]:
     return {f"{r.method} {r.resource.canonical}" for r in app.router.routes() if r.method != "HEAD"}
 
@@ -95,6 +98,7 @@ def test_every_route_is_documented() -> None:
 
 
 # --- options ----------------------------------------------------------------------------------
+
 
 def engine_and_settings() -> tuple[Any, Any]:
     settings = fake_settings()
@@ -130,6 +134,7 @@ def test_the_token_request_and_client_messages_are_documented() -> None:
 
 
 # --- error codes and events: what the sources can emit --------------------------------------
+
 
 def product_modules() -> Iterator[Any]:
     for info in pkgutil.walk_packages(gateway.__path__, "gateway."):
@@ -206,8 +211,18 @@ def test_every_server_event_is_documented() -> None:
     assert_same(events, table_names("Server events"), "server events")
 
 
-@pytest.mark.parametrize("name", ["Routes", "Options", "OpenAI speech body", "Token request",
-                                  "WebSocket client messages", "Server events", "Error codes"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "Routes",
+        "Options",
+        "OpenAI speech body",
+        "Token request",
+        "WebSocket client messages",
+        "Server events",
+        "Error codes",
+    ],
+)
 def test_each_table_is_there(name: str) -> None:
     assert table_names(name), f"the '## {name}' section of docs/PROTOCOL.md has no table"
 
@@ -220,5 +235,5 @@ def test_voice_fields_are_the_documented_ones() -> None:
     served = set(describe("jm_kumo").to_dict())
     for doc, anchor in (("VOICES.md", "`GET /v1/voices` gives per voice"), ("PROTOCOL.md", "| `GET /v1/voices` |")):
         text = (Path(gateway.__file__).resolve().parent.parent / "docs" / doc).read_text()
-        passage = text[text.index(anchor):].split(";")[0].split(", and on")[0]
+        passage = text[text.index(anchor) :].split(";")[0].split(", and on")[0]
         assert set(re.findall(r"`([a-z_]+)`", passage)) == served, doc

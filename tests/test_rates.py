@@ -1,6 +1,7 @@
 """Sample rates and G.711: ``sample_rate`` on every route and channel, resampled with soxr (one
 stream a reply, no click at a join), and ``ulaw``/``alaw`` for telephony. A sine engine's tone
 goes through the real gateway on loopback and is decoded back: its length and its frequency."""
+
 from __future__ import annotations
 
 import subprocess
@@ -63,13 +64,14 @@ def decoded(audio: bytes, fmt: str, rate: int) -> tuple[np.ndarray, int]:
     out = decode_audio(audio, {"opus": "ogg"}.get(fmt, fmt))
     if fmt == "opus":
         head = audio.index(b"OpusHead")
-        assert int.from_bytes(audio[head + 12:head + 16], "little") == rate  # the input rate
+        assert int.from_bytes(audio[head + 12 : head + 16], "little") == rate  # the input rate
     else:
         assert out.sample_rate == rate, (fmt, out.sample_rate, rate)
     return out.samples.astype(float) * 32767, out.sample_rate
 
 
 # -- G.711 ----------------------------------------------------------------------------------
+
 
 def _audioop() -> Any:
     with warnings.catch_warnings():  # deprecated since 3.11, removed in 3.13
@@ -84,12 +86,16 @@ def _audioop() -> Any:
 @pytest.mark.parametrize("law", g711.LAWS)
 def test_g711_known_values_and_audioop_for_every_sample(law: str) -> None:
     # ITU-T G.711's ends and zero (μ-law: 0xFF is +0; A-law's even bits inverted: 0xD5 is +0)
-    known = {"ulaw": {0: 0xFF, -1: 0x7E, 32767: 0x80, -32768: 0x00, 1000: 0xCE, -1000: 0x4E},
-             "alaw": {0: 0xD5, -1: 0x55, 32767: 0xAA, -32768: 0x2A, 1000: 0xFA, -1000: 0x7A}}[law]
+    known = {
+        "ulaw": {0: 0xFF, -1: 0x7E, 32767: 0x80, -32768: 0x00, 1000: 0xCE, -1000: 0x4E},
+        "alaw": {0: 0xD5, -1: 0x55, 32767: 0xAA, -32768: 0x2A, 1000: 0xFA, -1000: 0x7A},
+    }[law]
     pcm = np.array(list(known), "<i2").tobytes()
     assert list(g711.encode(law, pcm)) == list(known.values())
-    back = {"ulaw": {0x80: 32124, 0x00: -32124, 0xFF: 0, 0x7F: 0},
-            "alaw": {0xAA: 32256, 0x2A: -32256, 0xD5: 8, 0x55: -8}}[law]
+    back = {
+        "ulaw": {0x80: 32124, 0x00: -32124, 0xFF: 0, 0x7F: 0},
+        "alaw": {0xAA: 32256, 0x2A: -32256, 0xD5: 8, 0x55: -8},
+    }[law]
     assert np.frombuffer(g711.decode(law, bytes(back)), "<i2").tolist() == list(back.values())
     if (audioop := _audioop()) is not None:
         every = np.arange(-32768, 32768, dtype="<i2").tobytes()
@@ -98,6 +104,7 @@ def test_g711_known_values_and_audioop_for_every_sample(law: str) -> None:
 
 
 # -- the resampler --------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("rate", [r for r in SAMPLE_RATES if r != SR])
 def test_a_sine_through_many_small_chunks_has_no_click_at_any_join(rate: int) -> None:
@@ -124,15 +131,20 @@ def test_a_sine_through_many_small_chunks_has_no_click_at_any_join(rate: int) ->
 
 # -- the routes -----------------------------------------------------------------------------
 
-FORMAT_RATES = [("pcm", r) for r in SAMPLE_RATES] + [("wav", r) for r in SAMPLE_RATES] + \
-    [("mp3", r) for r in SAMPLE_RATES] + [("ulaw", 8000), ("alaw", 8000), ("ulaw", 16000)] + \
-    [("opus", 16000), ("opus", 48000), ("aac", 16000), ("flac", 44100)]
+FORMAT_RATES = (
+    [("pcm", r) for r in SAMPLE_RATES]
+    + [("wav", r) for r in SAMPLE_RATES]
+    + [("mp3", r) for r in SAMPLE_RATES]
+    + [("ulaw", 8000), ("alaw", 8000), ("ulaw", 16000)]
+    + [("opus", 16000), ("opus", 48000), ("aac", 16000), ("flac", 44100)]
+)
 
 
 @pytest.mark.parametrize("fmt,rate", FORMAT_RATES)
 @pytest.mark.parametrize("stream", [True, False])
-async def test_every_rate_and_law_round_trips(start_server, http: aiohttp.ClientSession,
-                                              fmt: str, rate: int, stream: bool) -> None:
+async def test_every_rate_and_law_round_trips(
+    start_server, http: aiohttp.ClientSession, fmt: str, rate: int, stream: bool
+) -> None:
     server = await start_server(fake_settings(), engine=SineEngine(fake_settings()))
     body = {"input": TEXT, "voice": "tone_a", "response_format": fmt, "sample_rate": rate, "stream": stream}
     async with http.post(server.url + "/v1/audio/speech", json=body) as r:
@@ -169,8 +181,9 @@ async def test_channels_resample_and_keep_word_times_in_ms(start_server, http: a
     server = await start_server()  # the plain fake engine: word times
     runs = {}
     for fmt, rate in (("pcm", 24000), ("pcm", 8000), ("ulaw", 8000), ("mp3", 48000), ("mp3", 24000)):
-        result = await ws_stream(http, server.ws_url, text=TEXT,
-                                 options={"format": fmt, "sample_rate": rate, "voice": "tone_a"})
+        result = await ws_stream(
+            http, server.ws_url, text=TEXT, options={"format": fmt, "sample_rate": rate, "voice": "tone_a"}
+        )
         assert result.done is not None, result.events
         assert result.of("ready")[0]["sample_rate"] == rate
         runs[fmt, rate] = result
@@ -193,8 +206,10 @@ def test_synth_writes_any_rate_and_refuses_a_bad_one(tmp_path: Path) -> None:
     out = tmp_path / "reply.ulaw"
     cmd = [sys.executable, "run_gateway.py", "synth", TEXT, "-o", str(out), "--engine", "fake"]
     # both at once: each is mostly an interpreter starting and importing the gateway
-    good, bad = (subprocess.Popen([*cmd, "--sample-rate", rate], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True) for rate in ("16000", "11025"))
+    good, bad = (
+        subprocess.Popen([*cmd, "--sample-rate", rate], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for rate in ("16000", "11025")
+    )
     _, stderr = good.communicate(timeout=120)
     assert good.returncode == 0, stderr
     assert out.stat().st_size == round(N * 16000 / SR)  # a byte a sample

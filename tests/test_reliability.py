@@ -1,4 +1,5 @@
 """Issue 8: bad input, faults, slow clients, security and shutdown, on real servers."""
+
 from __future__ import annotations
 
 import asyncio
@@ -13,8 +14,8 @@ import pytest
 from aiohttp import WSMsgType
 
 from bench.client import sse_stream, ws_stream
-from gateway.engines.fake import FakeEngine
 from bench.procs import ServerProcess
+from gateway.engines.fake import FakeEngine
 from gateway.web.state import GATEWAY
 
 from .conftest import Server, fake_settings
@@ -105,7 +106,9 @@ async def test_client_disconnect_cancels_synthesis_and_leaves_no_task(start_serv
     for channel in ("ws", "sse", "speech", "speech-sse"):  # speech: OpenAI's route, streamed
         if channel.startswith("speech"):
             extra = {"stream_format": "sse"} if channel == "speech-sse" else {}
-            resp = await http.post(server.url + "/v1/audio/speech", json={"input": LONG, "response_format": "pcm", **extra})
+            resp = await http.post(
+                server.url + "/v1/audio/speech", json={"input": LONG, "response_format": "pcm", **extra}
+            )
             await resp.content.readany()  # the first audio
             resp.close()
         elif channel == "ws":
@@ -134,8 +137,9 @@ async def test_client_disconnect_cancels_synthesis_and_leaves_no_task(start_serv
 
 async def test_slow_client_is_closed_and_memory_bounded(start_server) -> None:
     # lookahead_s=0: production runs ahead of the listener as far as the send queue allows
-    server = await start_server(fake_settings(send_queue_bytes=256 * 1024, send_timeout_s=1.0, lookahead=1,
-                                              lookahead_s=0, max_text_chars=20000))
+    server = await start_server(
+        fake_settings(send_queue_bytes=256 * 1024, send_timeout_s=1.0, lookahead=1, lookahead_s=0, max_text_chars=20000)
+    )
     # a raw client that never reads: the server must give up on it, not buffer the whole reply
     reader, writer = await asyncio.open_connection("127.0.0.1", int(server.url.rsplit(":", 1)[1]))
     key = "dGhlIHNhbXBsZSBub25jZQ=="
@@ -164,13 +168,24 @@ async def test_slow_client_is_closed_and_memory_bounded(start_server) -> None:
 def _masked_text_frame(payload: bytes) -> bytes:
     mask = b"\x01\x02\x03\x04"
     n = len(payload)
-    head = bytes([0x81]) + (bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + n.to_bytes(2, "big") if n < 65536 else bytes([0x80 | 127]) + n.to_bytes(8, "big"))
+    head = bytes([0x81]) + (
+        bytes([0x80 | n])
+        if n < 126
+        else bytes([0x80 | 126]) + n.to_bytes(2, "big")
+        if n < 65536
+        else bytes([0x80 | 127]) + n.to_bytes(8, "big")
+    )
     return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
 
 
 async def test_origin_allow_list(start_server, http) -> None:
     server = await start_server(fake_settings(allowed_origins="https://app.example.com"))
-    for origin, ok in [(server.url, True), ("https://app.example.com", True), ("https://evil.example", False), (None, True)]:
+    for origin, ok in [
+        (server.url, True),
+        ("https://app.example.com", True),
+        ("https://evil.example", False),
+        (None, True),
+    ]:
         headers = {"Origin": origin} if origin else {}
         try:
             async with http.ws_connect(server.ws_url, headers=headers) as ws:
@@ -223,7 +238,9 @@ async def test_admission_overload_and_per_client_limit(start_server, http) -> No
     assert (await busy).done
 
 
-@pytest.mark.parametrize("path", ["/static/../gateway/app.py", "/static/%2e%2e/gateway/app.py", "/static/..%2fREADME.md"])
+@pytest.mark.parametrize(
+    "path", ["/static/../gateway/app.py", "/static/%2e%2e/gateway/app.py", "/static/..%2fREADME.md"]
+)
 async def test_static_files_cannot_escape(fake_server: Server, path: str) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", int(fake_server.url.rsplit(":", 1)[1]))
     writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
@@ -237,7 +254,9 @@ async def test_static_files_cannot_escape(fake_server: Server, path: str) -> Non
 
 
 async def test_sigterm_lets_sessions_finish_then_goes_away(http) -> None:
-    server = ServerProcess("serve", "--engine", "fake", settings=["fake_rtf=0.25", "fake_chunk_ms=100", "shutdown_grace_s=2"])
+    server = ServerProcess(
+        "serve", "--engine", "fake", settings=["fake_rtf=0.25", "fake_chunk_ms=100", "shutdown_grace_s=2"]
+    )
     proc, url = server.proc, server.url
     ws_url = url.replace("http", "ws") + "/v1/stream/ws"
     short = asyncio.create_task(ws_stream(http, ws_url, text="A short reply that finishes within the grace period."))

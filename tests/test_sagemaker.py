@@ -6,18 +6,19 @@ to a REAL model container subprocess (``run_gateway.py container --engine fake``
 with SigV4 from credentials in the environment, as the AWS chain would find them. The
 bidirectional (HTTP/2) path needs Python 3.12: see ``tests/sagemaker312``.
 """
+
 from __future__ import annotations
 
 import sys
-from typing import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import aiohttp
 import pytest
 
-from gateway.audio.decode import decode_mp3
-from gateway.audio.mp3 import is_whole_frames
 from bench.client import ws_stream
 from bench.servers import serve_app
+from gateway.audio.decode import decode_mp3
+from gateway.audio.mp3 import is_whole_frames
 from gateway.engines import create_engine
 from gateway.engines.fake import FakeEngine
 from gateway.engines.sagemaker import SageMakerEngine, SageMakerOptions
@@ -35,10 +36,15 @@ VOICES = ("tone_a", "tone_b", "tone_x")  # tone_x: a voice the gateway allows bu
 def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
     """Credentials and region from the environment only: no profile files, no instance metadata."""
     empty = tmp_path_factory.mktemp("aws")
-    for name, value in {"AWS_ACCESS_KEY_ID": "AKIDGATEWAYTEST", "AWS_SECRET_ACCESS_KEY": "not-a-secret",
-                        "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1",
-                        "AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": str(empty / "config"),
-                        "AWS_SHARED_CREDENTIALS_FILE": str(empty / "credentials")}.items():
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "AKIDGATEWAYTEST",
+        "AWS_SECRET_ACCESS_KEY": "not-a-secret",
+        "AWS_REGION": "us-east-1",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_CONFIG_FILE": str(empty / "config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(empty / "credentials"),
+    }.items():
         monkeypatch.setenv(name, value)
     for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME"):
         monkeypatch.delenv(name, raising=False)
@@ -81,8 +87,9 @@ async def test_batch_pcm_is_the_containers_exact_audio(stub: tuple[Stub, str]) -
         await engine.aclose()
 
 
-async def test_gateway_streams_speech_through_invoke_endpoint(stub: tuple[Stub, str], start_server,
-                                                             http: aiohttp.ClientSession) -> None:
+async def test_gateway_streams_speech_through_invoke_endpoint(
+    stub: tuple[Stub, str], start_server, http: aiohttp.ClientSession
+) -> None:
     state, url = stub
     server = await start_server(fake_settings(engine="sagemaker", sagemaker_endpoint="kokoro-tts"), batch_engine(url))
     async with http.get(server.url + "/v1/voices") as resp:
@@ -98,8 +105,9 @@ async def test_gateway_streams_speech_through_invoke_endpoint(stub: tuple[Stub, 
     assert abs(len(decode_mp3(result.audio)) / 24000 - expected) < 0.1
 
 
-async def test_batch_errors_keep_the_service_and_container_codes(stub: tuple[Stub, str], start_server,
-                                                                http: aiohttp.ClientSession) -> None:
+async def test_batch_errors_keep_the_service_and_container_codes(
+    stub: tuple[Stub, str], start_server, http: aiohttp.ClientSession
+) -> None:
     state, url = stub
     engine = batch_engine(url)
     await engine.start()
@@ -111,8 +119,9 @@ async def test_batch_errors_keep_the_service_and_container_codes(stub: tuple[Stu
     finally:
         await engine.aclose()
     # an endpoint the service does not know: its ValidationError, to the browser as an error event
-    server = await start_server(fake_settings(engine="sagemaker", sagemaker_endpoint="nowhere"),
-                                batch_engine(url, endpoint="nowhere"))
+    server = await start_server(
+        fake_settings(engine="sagemaker", sagemaker_endpoint="nowhere"), batch_engine(url, endpoint="nowhere")
+    )
     result = await ws_stream(http, server.ws_url, text="Hello there.")
     assert result.error is not None and result.error["code"] == "ValidationError", result.events
     assert "nowhere" in result.error["message"] and result.done is None

@@ -1,4 +1,5 @@
 """Sentence segmentation: a table of rules, the fast path, max_chars, and chunking properties."""
+
 from __future__ import annotations
 
 import re
@@ -19,7 +20,10 @@ CASES: list[tuple[str, list[str]]] = [
     # abbreviations
     ("Mr. Smith met Mrs. Jones and Ms. Lee.", ["Mr. Smith met Mrs. Jones and Ms. Lee."]),
     ("Dr. Who and Prof. X visited St. Louis.", ["Dr. Who and Prof. X visited St. Louis."]),
-    ("Martin Luther King Jr. was born in Jan. 1929. He spoke.", ["Martin Luther King Jr. was born in Jan. 1929.", "He spoke."]),
+    (
+        "Martin Luther King Jr. was born in Jan. 1929. He spoke.",
+        ["Martin Luther King Jr. was born in Jan. 1929.", "He spoke."],
+    ),
     ("Cats vs. dogs, e.g. this one, i.e. that. Done.", ["Cats vs. dogs, e.g. this one, i.e. that.", "Done."]),
     ("Apples, pears, etc. Then more.", ["Apples, pears, etc.", "Then more."]),
     ("Apples, pears, etc. and more.", ["Apples, pears, etc. and more."]),
@@ -85,6 +89,7 @@ def _char_by_char(text: str, **kw: int) -> list[str]:
 
 # -- when pieces come out: as early as possible, never before they are certain ---------------
 
+
 @pytest.mark.parametrize(
     ("text", "ready_at"),
     [
@@ -130,6 +135,7 @@ def test_flush_mid_stream_then_reuse() -> None:
 
 # -- first-clause fast path -------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     ("text", "words", "expected"),
     [
@@ -156,6 +162,7 @@ def test_first_clause_fast_path(text: str, words: int, expected: list[str]) -> N
 
 
 # -- max_chars ------------------------------------------------------------------------------
+
 
 def test_long_piece_splits_at_clause_in_second_half() -> None:
     text = "alpha beta gamma, delta epsilon zeta eta theta iota, kappa lambda mu nu xi omicron."
@@ -190,20 +197,66 @@ def test_bad_arguments() -> None:
 # -- properties -------------------------------------------------------------------------------
 
 FRAGMENTS = [
-    "Hello there.", "How are you?", "Great!", "Really?!", "Mr. Smith arrived.", "Dr. Lee",
-    "e.g. this", "i.e.", "the U.S. Army", "etc.", "etc. and so on", "Acme Inc.", "at 3:30 p.m.",
-    "No. 5", "It costs $29.99.", "Pi is 3.14", "1,000 units", "https://example.com/a.b?c=d",
-    "a.b@example.co.uk", "Well...", "maybe", "Wait…", '"Stop."', "(See above.)", "Sure,",
-    "here is the plan:", "one; two", " - ", " — ", "a—b", "1.", "2.", "- item", "* item",
-    "今日は晴れです。", "本当？！", "「はい。」", "りんご、みかん", "３．１４", "---", "...", "**bold.**",
-    "J. K.", "Jan. 3", "ok", "So", "and then", "x" * 45, "Well—here", "ok, so", '"Go!" he said',
-    "你好!", "Apple Inc. is", "Hi," ,
+    "Hello there.",
+    "How are you?",
+    "Great!",
+    "Really?!",
+    "Mr. Smith arrived.",
+    "Dr. Lee",
+    "e.g. this",
+    "i.e.",
+    "the U.S. Army",
+    "etc.",
+    "etc. and so on",
+    "Acme Inc.",
+    "at 3:30 p.m.",
+    "No. 5",
+    "It costs $29.99.",
+    "Pi is 3.14",
+    "1,000 units",
+    "https://example.com/a.b?c=d",
+    "a.b@example.co.uk",
+    "Well...",
+    "maybe",
+    "Wait…",
+    '"Stop."',
+    "(See above.)",
+    "Sure,",
+    "here is the plan:",
+    "one; two",
+    " - ",
+    " — ",
+    "a—b",
+    "1.",
+    "2.",
+    "- item",
+    "* item",
+    "今日は晴れです。",
+    "本当？！",
+    "「はい。」",
+    "りんご、みかん",
+    "３．１４",
+    "---",
+    "...",
+    "**bold.**",
+    "J. K.",
+    "Jan. 3",
+    "ok",
+    "So",
+    "and then",
+    "x" * 45,
+    "Well—here",
+    "ok, so",
+    '"Go!" he said',
+    "你好!",
+    "Apple Inc. is",
+    "Hi,",
 ]
 SEPARATORS = ["", " ", " ", " ", "  ", "\n", "\n\n", "\t"]
 
-realistic_text = st.lists(
-    st.tuples(st.sampled_from(FRAGMENTS), st.sampled_from(SEPARATORS)), max_size=30
-).map(lambda parts: "".join(f + s for f, s in parts))
+realistic_text = st.lists(st.tuples(st.sampled_from(FRAGMENTS), st.sampled_from(SEPARATORS)), max_size=30).map(
+    lambda parts: "".join(f + s for f, s in parts)
+)
 random_text = st.text(
     alphabet=st.one_of(st.sampled_from(list("aA1 .!?…,;:-—–\n\"')(」。！？．、$@/*“”")), st.characters()),
     max_size=200,

@@ -1,4 +1,5 @@
 """Both browser channels against a real gateway on loopback (fake engine)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -8,13 +9,13 @@ import re
 import aiohttp
 import pytest
 
-from gateway.config import Settings
+from bench.client import sse_stream, ws_stream
 from gateway.agent import pick_reply
 from gateway.audio.decode import decode_mp3
 from gateway.audio.mp3 import is_whole_frames, parse_header
-from gateway.engines.fake import fake_duration_s
-from bench.client import sse_stream, ws_stream
+from gateway.config import Settings
 from gateway.core.segmenter import split_text
+from gateway.engines.fake import fake_duration_s
 from gateway.web.state import GATEWAY
 
 from .conftest import Server, fake_settings
@@ -33,12 +34,18 @@ def expected_seconds(text: str, first_clause_words: int = Settings().first_claus
     return sum(fake_duration_s(p) for p in split_text(text, first_clause_words=first_clause_words))
 
 
-async def test_ws_token_by_token_gives_sentences_and_whole_frames(fake_server: Server, http: aiohttp.ClientSession) -> None:
+async def test_ws_token_by_token_gives_sentences_and_whole_frames(
+    fake_server: Server, http: aiohttp.ClientSession
+) -> None:
     result = await ws_stream(http, fake_server.ws_url, tokens=tokens_of(REPLY))
     assert [t for _, t, _ in result.events][0] == "ready"
     sentences = [s["text"] for s in result.of("sentence")]
-    assert sentences == ["Sure, I can help with that.", "Dr. Smith arrives at 3:30 p.m. on Friday.",
-                         "The ticket costs $29.99, which is cheaper than last year!", "Does that work for you?"]
+    assert sentences == [
+        "Sure, I can help with that.",
+        "Dr. Smith arrives at 3:30 p.m. on Friday.",
+        "The ticket costs $29.99, which is cheaper than last year!",
+        "Does that work for you?",
+    ]
     assert all(is_whole_frames(p) for p in result.payloads)
     assert len(result.payloads) > 3
     seconds = len(decode_mp3(result.audio)) / 24000
@@ -97,7 +104,7 @@ async def test_cancel_stops_audio_and_engine_work(start_server, http: aiohttp.Cl
     result = await ws_stream(http, server.ws_url, text=long_text, cancel_after_payloads=2)
     kinds = [t for _, t, _ in result.events]
     assert "cancelled" in kinds and "done" not in kinds
-    after = kinds[kinds.index("cancelled") + 1:]
+    after = kinds[kinds.index("cancelled") + 1 :]
     assert "audio" not in after
     async with asyncio.timeout(10):  # the client has closed: wait for the gateway to end the session
         while server.app[GATEWAY].admission.active:
@@ -144,7 +151,9 @@ async def test_prompt_streams_agent_text_and_audio(start_server, http: aiohttp.C
         ('{"type": "prompt"}', "invalid_message"),
     ],
 )
-async def test_ws_recoverable_bad_messages(fake_server: Server, http: aiohttp.ClientSession, message: str, code: str) -> None:
+async def test_ws_recoverable_bad_messages(
+    fake_server: Server, http: aiohttp.ClientSession, message: str, code: str
+) -> None:
     async with http.ws_connect(fake_server.ws_url) as ws:
         await ws.send_str(message)
         body = await ws.receive_json(timeout=5)
@@ -184,7 +193,9 @@ async def test_ws_binary_frame_and_text_after_end(fake_server: Server, http: aio
         ({"bitrate": 65}, "invalid_option"),
     ],
 )
-async def test_ws_bad_options_error_then_policy_close(fake_server: Server, http: aiohttp.ClientSession, start: dict, code: str) -> None:
+async def test_ws_bad_options_error_then_policy_close(
+    fake_server: Server, http: aiohttp.ClientSession, start: dict, code: str
+) -> None:
     async with http.ws_connect(fake_server.ws_url) as ws:
         await ws.send_json({"type": "start", **start})
         body = await ws.receive_json(timeout=5)

@@ -1,4 +1,5 @@
 """Synthesize once (sharing, cache), the engine's live rate, and the preroll_ms players are told."""
+
 from __future__ import annotations
 
 import asyncio
@@ -9,17 +10,16 @@ import aiohttp
 import pytest
 
 from bench.client import sse_stream, ws_stream
-from gateway.engines.fake import FakeEngine, fake_duration_s
+from gateway.core.engine_rate import EngineRate
 from gateway.core.schedule import Forecast, preroll_s
 from gateway.core.segmenter import split_text
-from gateway.core.engine_rate import EngineRate
-from gateway.web.state import GATEWAY
 from gateway.core.synthesis import SynthesisHub
+from gateway.engines.fake import FakeEngine, fake_duration_s
+from gateway.web.state import GATEWAY
 
 from .conftest import fake_settings
 
-TEXT = ("The first sentence is here. The second one follows it closely. "
-        "A third sentence ends the reply.")
+TEXT = "The first sentence is here. The second one follows it closely. A third sentence ends the reply."
 SEGMENTS = len(split_text(TEXT, first_clause_words=2))
 
 
@@ -163,7 +163,7 @@ async def test_ready_carries_preroll_ms_for_the_text_it_was_given(start_server, 
     async with http.get(server.url + "/v1/stream/sse", params={"text": TEXT, "format": "pcm"}) as resp:
         lines = [(await resp.content.readline()).rstrip(b"\r\n") for _ in range(2)]
     assert lines[0] == b"event: ready" and lines[1].startswith(b"data: ")
-    ready = json.loads(lines[1][len(b"data: "):])
+    ready = json.loads(lines[1][len(b"data: ") :])
     assert ready["preroll_ms"] > 0 and ready["cache"] is True
 
 

@@ -1,8 +1,18 @@
 """Word spans from per-token durations (gateway/kokoro/timestamps.py), on hand-made durations."""
+
 from __future__ import annotations
 
 from gateway.kokoro.parts import split_phonemes
-from gateway.kokoro.timestamps import FRAME, SegmentWords, Token, WordTimes, guess_tokens, word_times, words_event, words_of
+from gateway.kokoro.timestamps import (
+    FRAME,
+    SegmentWords,
+    Token,
+    WordTimes,
+    guess_tokens,
+    word_times,
+    words_event,
+    words_of,
+)
 
 
 def test_spans_follow_the_durations_of_each_words_phonemes() -> None:
@@ -20,8 +30,9 @@ def test_unknown_symbols_take_no_frames_and_trim_and_length_clamp() -> None:
     phonemes = "a?b c"  # '?' is not in the vocabulary: the model never saw it
     durations = [2, 3, 4, 1, 5, 2]  # pad, a, b, space, c, pad
     tokens = [Token("ab", "a?b"), Token("c", "c")]
-    got = word_times(tokens, phonemes, durations, known={"a", "b", "c", " "},
-                     trim_start=2 * FRAME, length=10 * FRAME).words
+    got = word_times(
+        tokens, phonemes, durations, known={"a", "b", "c", " "}, trim_start=2 * FRAME, length=10 * FRAME
+    ).words
     assert (got[0].start, got[0].end) == (0, 7 * FRAME)
     assert (got[1].start, got[1].end) == (8 * FRAME, 10 * FRAME)  # 13 frames, clamped to 10
 
@@ -32,8 +43,7 @@ def test_words_as_written_drop_punctuation_only() -> None:
 
 def test_guessed_tokens_pair_words_with_groups_when_as_many() -> None:
     toks = guess_tokens("Hola, buenos días.", "ˈola, bwˈenos ðˈias.")
-    assert [(t.text, t.phonemes) for t in toks] == [("Hola", "ˈola,"), ("buenos", "bwˈenos"),
-                                                    ("días", "ðˈias.")]
+    assert [(t.text, t.phonemes) for t in toks] == [("Hola", "ˈola,"), ("buenos", "bwˈenos"), ("días", "ðˈias.")]
 
 
 def test_guessed_tokens_cover_the_phonemes_in_order_otherwise() -> None:
@@ -62,6 +72,7 @@ def test_the_containers_words_event_back_in_samples() -> None:
     event = {"type": "words", "sentence": 0, "words": wire.to_ms(0, 24000)}
     back = words_event(event, 24000)
     assert back is not None and [(w.word, w.start, w.end) for w in back.words] == [
-        (w.word, w.start, w.end) for w in wire.words]
+        (w.word, w.start, w.end) for w in wire.words
+    ]
     assert words_event({"type": "done"}, 24000) is None
     assert words_event({"type": "words", "words": [{"word": "x"}]}, 24000) is None  # malformed: logged, skipped

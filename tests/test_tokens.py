@@ -4,18 +4,19 @@ Real gateways on loopback with the fake engine; the two-worker test runs ``run_g
 in a subprocess as tests/test_production.py does. Expired and foreign tokens are minted with
 ``gateway.web.tokens`` itself, as another instance sharing (or not sharing) the key would.
 """
+
 from __future__ import annotations
 
 import time
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 import pytest
 
 from bench.client import sse_stream, ws_stream
 from bench.procs import ServerProcess
-from gateway.web import tokens
 from gateway.ops.workers import WORKER_HEADER
+from gateway.web import tokens
 
 from .conftest import Server, fake_settings
 from .test_production import FAKE, QUIET, until
@@ -71,9 +72,14 @@ async def test_mint_needs_the_master_key_and_checks_its_body(server: Server, htt
 async def test_a_token_opens_every_route(server: Server, http: aiohttp.ClientSession) -> None:
     token = (await mint(http, server.url))["token"]
     assert (await status_of(http, "GET", f"{server.url}/v1/voices?token={token}"))[0] == 200
-    assert (await status_of(http, "GET", server.url + "/v1/voices", headers={"Authorization": f"Bearer {token}"}))[0] == 200
-    async with http.post(server.url + "/v1/audio/speech", json={"input": "Hello there.", "response_format": "pcm"},
-                         params={"token": token}) as r:
+    assert (await status_of(http, "GET", server.url + "/v1/voices", headers={"Authorization": f"Bearer {token}"}))[
+        0
+    ] == 200
+    async with http.post(
+        server.url + "/v1/audio/speech",
+        json={"input": "Hello there.", "response_format": "pcm"},
+        params={"token": token},
+    ) as r:
         assert r.status == 200 and len(await r.read()) > 1000
     sse = await sse_stream(http, f"{server.url}/v1/stream/sse?token={token}", text="Hello there.", format="pcm")
     assert sse.done is not None and sse.audio
@@ -123,10 +129,13 @@ async def test_expired_tampered_foreign_and_out_of_scope_tokens(server: Server, 
         assert await status_of(http, "GET", voices, params={"token": token}) == (401, "invalid_token"), what
     # wrong scope: 403 insufficient_scope on every route outside it, the WebSocket still open to it
     assert await status_of(http, "GET", voices, params={"token": ws_only}) == (403, "insufficient_scope")
-    assert await status_of(http, "GET", server.url + "/v1/stream/sse", params={"token": ws_only, "text": "Hi."}) \
-        == (403, "insufficient_scope")
-    assert await status_of(http, "POST", server.url + "/v1/audio/speech", params={"token": ws_only},
-                           json={"input": "Hi."}) == (403, "insufficient_scope")
+    assert await status_of(http, "GET", server.url + "/v1/stream/sse", params={"token": ws_only, "text": "Hi."}) == (
+        403,
+        "insufficient_scope",
+    )
+    assert await status_of(
+        http, "POST", server.url + "/v1/audio/speech", params={"token": ws_only}, json={"input": "Hi."}
+    ) == (403, "insufficient_scope")
     sse_only = (await mint(http, server.url, scope=["sse"]))["token"]
     assert await ws_refusal(http, f"{server.ws_url}?token={sse_only}") == 403
     assert (await ws_stream(http, f"{server.ws_url}?token={ws_only}", text="Hi there.")).done is not None

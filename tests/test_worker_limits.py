@@ -7,13 +7,14 @@ another and keeps them open: an admitted one answers ``ping`` with ``pong``, a r
 gets ``error`` and its close. The kernel spreads the connections over the two workers by their
 ports; a test first checks that both workers took some.
 """
+
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import os
 import signal
-from typing import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import aiohttp
 import pytest

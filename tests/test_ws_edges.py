@@ -1,5 +1,6 @@
 """The WebSocket's own edges (issue 22): options that carry the input (finding 6), ``ping`` /
 ``pong`` and the idle close ("What to build" item 3). Fake engine, real gateway on loopback."""
+
 from __future__ import annotations
 
 import asyncio
@@ -8,7 +9,6 @@ from typing import Any
 
 import aiohttp
 from yarl import URL
-
 
 from .conftest import Server, fake_settings
 from .support.engines import SlowLoadingEngine

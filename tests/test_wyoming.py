@@ -1,8 +1,9 @@
 """Home Assistant's Wyoming protocol: ``run_gateway.py wyoming`` in a subprocess on the fake
 engine, driven by the ``wyoming`` package's own client (``AsyncTcpClient``)."""
+
 from __future__ import annotations
 
-from typing import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
@@ -10,8 +11,7 @@ from wyoming.client import AsyncTcpClient
 from wyoming.error import Error
 from wyoming.event import Event
 from wyoming.info import Describe, Info
-from wyoming.tts import (Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped,
-                         SynthesizeVoice)
+from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped, SynthesizeVoice
 
 from bench.procs import ServerProcess
 from gateway.engines.fake import FakeEngine, fake_duration_s
@@ -65,11 +65,18 @@ async def test_describe_lists_every_voice_and_language(client: AsyncTcpClient) -
     assert {v.name: v.languages for v in program.voices} == {"tone_a": ["en-US"], "tone_b": ["en-US"]}
 
 
-@pytest.mark.parametrize("voice,expected", [(None, "tone_a"), (SynthesizeVoice(name="tone_b"), "tone_b"),
-                                            (SynthesizeVoice(language="en_US"), "tone_a"),
-                                            (SynthesizeVoice(language="en"), "tone_a")])
-async def test_synthesize_streams_the_reply_as_pcm(client: AsyncTcpClient, voice: SynthesizeVoice | None,
-                                                   expected: str) -> None:
+@pytest.mark.parametrize(
+    "voice,expected",
+    [
+        (None, "tone_a"),
+        (SynthesizeVoice(name="tone_b"), "tone_b"),
+        (SynthesizeVoice(language="en_US"), "tone_a"),
+        (SynthesizeVoice(language="en"), "tone_a"),
+    ],
+)
+async def test_synthesize_streams_the_reply_as_pcm(
+    client: AsyncTcpClient, voice: SynthesizeVoice | None, expected: str
+) -> None:
     await client.write_event(Synthesize(text=f"{FIRST} {SECOND}", voice=voice).event())
     pcm = await audio_run(client)
     assert len(pcm) == samples(FIRST, SECOND) * 2
@@ -98,10 +105,13 @@ async def test_streaming_text_speaks_a_sentence_before_the_text_ends(client: Asy
     assert len(pcm) == samples(FIRST, SECOND) * 2
 
 
-@pytest.mark.parametrize("voice,code", [(SynthesizeVoice(name="nobody"), "unknown_voice"),
-                                        (SynthesizeVoice(language="xx"), "unknown_language")])
-async def test_a_bad_voice_is_an_error_and_the_connection_goes_on(client: AsyncTcpClient, voice: SynthesizeVoice,
-                                                                  code: str) -> None:
+@pytest.mark.parametrize(
+    "voice,code",
+    [(SynthesizeVoice(name="nobody"), "unknown_voice"), (SynthesizeVoice(language="xx"), "unknown_language")],
+)
+async def test_a_bad_voice_is_an_error_and_the_connection_goes_on(
+    client: AsyncTcpClient, voice: SynthesizeVoice, code: str
+) -> None:
     await client.write_event(Synthesize(text=FIRST, voice=voice).event())
     error = Error.from_event(await read(client))
     assert error.code == code and ("tone_a" in error.text or "en-US" in error.text)  # says what is valid

@@ -5,6 +5,7 @@ LLM, offline), ``openai`` (any OpenAI-compatible chat server) or ``bedrock`` (Am
 ConverseStream through boto3, imported only when chosen). The conversation that holds one
 listener's turns is the core's (``gateway.core.conversation``).
 """
+
 from __future__ import annotations
 
 import os
@@ -15,8 +16,20 @@ from .simulated import REPLIES, SimulatedAgent, pick_reply, tokenize
 
 BACKENDS = ("simulated", "openai", "bedrock")
 
-__all__ = ["BACKENDS", "REPLIES", "Agent", "AgentError", "AgentTimeout", "AgentUnavailable",
-           "Message", "SimulatedAgent", "create_agent", "one_turn", "pick_reply", "tokenize"]
+__all__ = [
+    "BACKENDS",
+    "REPLIES",
+    "Agent",
+    "AgentError",
+    "AgentTimeout",
+    "AgentUnavailable",
+    "Message",
+    "SimulatedAgent",
+    "create_agent",
+    "one_turn",
+    "pick_reply",
+    "tokenize",
+]
 
 
 def create_agent(settings: Settings, env: dict[str, str] | None = None) -> Agent:
@@ -27,12 +40,26 @@ def create_agent(settings: Settings, env: dict[str, str] | None = None) -> Agent
     if backend == "openai":
         from .openai_chat import OpenAIChat
 
-        key = (os.environ if env is None else env).get(settings.agent_api_key_env, "") if settings.agent_api_key_env else ""
-        return OpenAIChat(settings.agent_url, settings.agent_model, key=key, max_tokens=settings.agent_max_tokens,
-                          connect_timeout_s=settings.agent_timeout_s)
+        key = (
+            (os.environ if env is None else env).get(settings.agent_api_key_env, "")
+            if settings.agent_api_key_env
+            else ""
+        )
+        return OpenAIChat(
+            settings.agent_url,
+            settings.agent_model,
+            key=key,
+            max_tokens=settings.agent_max_tokens,
+            connect_timeout_s=settings.agent_timeout_s,
+        )
     if backend == "bedrock":
         from .bedrock import BedrockConverse
 
-        return BedrockConverse(settings.agent_model, region=settings.agent_region, endpoint_url=settings.agent_url,
-                               max_tokens=settings.agent_max_tokens, timeout_s=settings.agent_timeout_s)
+        return BedrockConverse(
+            settings.agent_model,
+            region=settings.agent_region,
+            endpoint_url=settings.agent_url,
+            max_tokens=settings.agent_max_tokens,
+            timeout_s=settings.agent_timeout_s,
+        )
     raise ValueError(f"unknown agent_backend {backend!r}; choose one of {', '.join(BACKENDS)}")

@@ -4,9 +4,11 @@ A message is ``{"role": "system" | "user" | "assistant", "content": str}``, the 
 OpenAI's chat API and (converted) Bedrock's Converse take. Errors say what went wrong upstream
 without ever carrying the key: upstream text is passed through ``redact`` first.
 """
+
 from __future__ import annotations
 
-from typing import AsyncIterator, Protocol
+from collections.abc import AsyncIterator
+from typing import Protocol
 
 from ..errors import GatewayError
 

@@ -6,13 +6,15 @@ socket is shut down, which ends the thread's blocked read at once. Credentials a
 region come from the standard AWS chain (``agent_region`` and ``agent_url`` override the
 region and the endpoint, for a VPC endpoint or a local stand-in).
 """
+
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import socket
 import threading
-from typing import Any, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from .base import AgentError, AgentTimeout, AgentUnavailable, Message, redact
 
@@ -22,8 +24,9 @@ _END = object()
 class BedrockConverse:
     backend = "bedrock"
 
-    def __init__(self, model: str, *, region: str = "", endpoint_url: str = "", max_tokens: int = 0,
-                 timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, model: str, *, region: str = "", endpoint_url: str = "", max_tokens: int = 0, timeout_s: float = 30.0
+    ) -> None:
         try:
             import boto3
             from botocore.config import Config
@@ -35,8 +38,9 @@ class BedrockConverse:
         self.max_tokens = max_tokens
         wait = timeout_s if timeout_s > 0 else 60.0
         config = Config(connect_timeout=wait, read_timeout=wait, retries={"total_max_attempts": 1})
-        self._make_client: Callable[[], Any] = lambda: boto3.client("bedrock-runtime", region_name=region or None,
-                                                 endpoint_url=endpoint_url or None, config=config)
+        self._make_client: Callable[[], Any] = lambda: boto3.client(
+            "bedrock-runtime", region_name=region or None, endpoint_url=endpoint_url or None, config=config
+        )
         self._client: Any = None
         self._lock = threading.Lock()
 
@@ -53,7 +57,9 @@ class BedrockConverse:
         """``converse_stream``'s arguments: system prompts apart, text content blocks."""
         args: dict[str, Any] = {
             "modelId": self.model,
-            "messages": [{"role": m["role"], "content": [{"text": m["content"]}]} for m in messages if m["role"] != "system"],
+            "messages": [
+                {"role": m["role"], "content": [{"text": m["content"]}]} for m in messages if m["role"] != "system"
+            ],
         }
         if system := [{"text": m["content"]} for m in messages if m["role"] == "system"]:
             args["system"] = system
@@ -116,8 +122,16 @@ def translate(exc: Exception) -> AgentError:
     name = type(exc).__name__
     if isinstance(exc, bx.ReadTimeoutError):
         return AgentTimeout(f"Bedrock sent nothing in time: {name}")
-    if isinstance(exc, (bx.EndpointConnectionError, bx.ConnectTimeoutError, bx.NoCredentialsError,
-                        bx.NoRegionError, bx.PartialCredentialsError)):
+    if isinstance(
+        exc,
+        (
+            bx.EndpointConnectionError,
+            bx.ConnectTimeoutError,
+            bx.NoCredentialsError,
+            bx.NoRegionError,
+            bx.PartialCredentialsError,
+        ),
+    ):
         return AgentUnavailable(f"cannot reach Bedrock: {redact(str(exc))}")
     if isinstance(exc, bx.ClientError):  # an HTTP error, or an exception event inside the stream
         err = exc.response.get("Error", {})

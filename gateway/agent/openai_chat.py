@@ -7,10 +7,12 @@ goes only into the ``Authorization`` header: never into a message, an event or a
 Anything else the server sends (a chunk of another shape, bytes that are not UTF-8, a body
 that is not JSON, a connection reset) is an ``AgentError`` naming it, redacted and cut short.
 """
+
 from __future__ import annotations
 
 import json
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 
@@ -20,11 +22,20 @@ from .base import AgentError, AgentUnavailable, Message, redact
 class OpenAIChat:
     backend = "openai"
 
-    def __init__(self, url: str, model: str, *, key: str = "", max_tokens: int = 0, connect_timeout_s: float = 10.0,
-                 http: aiohttp.ClientSession | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        *,
+        key: str = "",
+        max_tokens: int = 0,
+        connect_timeout_s: float = 10.0,
+        http: aiohttp.ClientSession | None = None,
+    ) -> None:
         if not url or not model:
-            raise ValueError("the openai agent needs agent_url (a base URL such as http://127.0.0.1:11434/v1) "
-                             "and agent_model")
+            raise ValueError(
+                "the openai agent needs agent_url (a base URL such as http://127.0.0.1:11434/v1) and agent_model"
+            )
         base = url.rstrip("/")
         self.url = base if base.endswith("/chat/completions") else base + "/chat/completions"
         self.model = self.label = model
@@ -139,7 +150,9 @@ def _message_text(body: Any, chat: OpenAIChat) -> str:
     try:
         content = body["choices"][0]["message"]["content"]
     except (KeyError, IndexError, TypeError):
-        raise AgentError(f"the model server's answer has no choices[0].message: {chat._clean(json.dumps(body))}") from None
+        raise AgentError(
+            f"the model server's answer has no choices[0].message: {chat._clean(json.dumps(body))}"
+        ) from None
     if not isinstance(content, (str, type(None))):
         raise AgentError(f"the model server's answer is not text: {chat._clean(json.dumps(body))}")
     return content or ""

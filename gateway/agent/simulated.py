@@ -5,12 +5,13 @@ first-token delay and a token rate that default to a typical hosted LLM (about 3
 first token, then about 60 tokens a second). It lets the agent case be demonstrated and
 measured with no external service.
 """
+
 from __future__ import annotations
 
 import asyncio
 import re
 import zlib
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 from .base import Message
 

@@ -4,12 +4,31 @@
 parser and aligner that keep every MP3 payload whole frames. Decoding (PyAV) lives in
 ``gateway.audio.decode`` and is imported only by tests and benchmarks.
 """
+
 from .encoders import CONTENT_TYPES, FORMATS, Encoder, encode_all, make_encoder
-from .mp3 import (FrameAligner, FrameHeader, Mp3FormatError, count_frames, is_whole_frames,
-                  iter_frames, parse_header, split_frames)
+from .mp3 import (
+    FrameAligner,
+    FrameHeader,
+    Mp3FormatError,
+    count_frames,
+    is_whole_frames,
+    iter_frames,
+    parse_header,
+    split_frames,
+)
 
 __all__ = [
-    "CONTENT_TYPES", "FORMATS", "Encoder", "FrameAligner", "FrameHeader", "Mp3FormatError",
-    "count_frames", "encode_all", "is_whole_frames", "iter_frames", "make_encoder",
-    "parse_header", "split_frames",
+    "CONTENT_TYPES",
+    "FORMATS",
+    "Encoder",
+    "FrameAligner",
+    "FrameHeader",
+    "Mp3FormatError",
+    "count_frames",
+    "encode_all",
+    "is_whole_frames",
+    "iter_frames",
+    "make_encoder",
+    "parse_header",
+    "split_frames",
 ]

@@ -6,6 +6,7 @@ sentence as well as return them whole. Streamed, the output cannot be rewound: F
 STREAMINFO then leaves the total length unset, which FLAC allows; whole (``encode_whole``) it
 is written into a seekable buffer and carries it.
 """
+
 from __future__ import annotations
 
 import io
@@ -41,8 +42,7 @@ class ContainerEncoder:
 
     delay_samples = 0  # whole files for batch replies, which carry no word times
 
-    def __init__(self, fmt: str, *, sample_rate: int = 24000, bitrate: int = 64,
-                 seekable: bool = False) -> None:
+    def __init__(self, fmt: str, *, sample_rate: int = 24000, bitrate: int = 64, seekable: bool = False) -> None:
         import av  # heavy: only requests for these formats pay for it
 
         if fmt not in CONTAINERS:

@@ -3,6 +3,7 @@
 Not used on the serving path. Decoders do not trim an MP3 encoder's delay unless the stream
 carries a LAME/Info tag, which a live stream cannot: expect ~1105 leading samples from LAME.
 """
+
 from __future__ import annotations
 
 import io
@@ -30,7 +31,7 @@ def decode_audio(data: bytes, fmt: str, *, sample_rate: int = 24000) -> DecodedA
     ``sample_rate`` is only needed for "pcm", which does not say its own rate.
     """
     if fmt == "pcm":
-        pcm = np.frombuffer(data[:len(data) & ~1], dtype="<i2")
+        pcm = np.frombuffer(data[: len(data) & ~1], dtype="<i2")
         return DecodedAudio(pcm.astype(np.float32) / 32768, sample_rate)
     if fmt not in _DEMUXERS:
         raise ValueError(f"cannot decode format {fmt!r}; one of pcm, {', '.join(_DEMUXERS)}")

@@ -6,6 +6,7 @@ sentence leaves a ~55 ms hole at every join. Each ``encode`` returns what can be
 and holds nothing back that it could already emit; ``flush`` ends the utterance. After
 ``flush`` an encoder is spent: make a new one for the next utterance. Not thread-safe.
 """
+
 from __future__ import annotations
 
 import logging
@@ -97,11 +98,11 @@ class Mp3Encoder:
     # so players play them first (PyAV: a click encoded at sample 6,000 decodes at 7,107)
     delay_samples = 1105
 
-    def __init__(self, *, sample_rate: int = 24000, bitrate: int = 64,
-                 quality: int = MP3_QUALITY) -> None:
+    def __init__(self, *, sample_rate: int = 24000, bitrate: int = 64, quality: int = MP3_QUALITY) -> None:
         if bitrate not in mp3_bitrates(sample_rate):
-            raise ValueError(f"MP3 at {sample_rate} Hz takes a bitrate in "
-                             f"{mp3_bitrates(sample_rate)} kbps, not {bitrate}")
+            raise ValueError(
+                f"MP3 at {sample_rate} Hz takes a bitrate in {mp3_bitrates(sample_rate)} kbps, not {bitrate}"
+            )
         self.sample_rate, self.bitrate = sample_rate, bitrate
         self._lame = lameenc.Encoder()
         self._lame.set_bit_rate(bitrate)
@@ -158,8 +159,15 @@ def wav_header(sample_rate: int, data_bytes: int | None = None) -> bytes:
     else:
         riff_size, data_size = 36 + data_bytes, data_bytes
     fmt = struct.pack("<HHIIHH", 1, 1, sample_rate, sample_rate * 2, 2, 16)
-    return (b"RIFF" + struct.pack("<I", riff_size) + b"WAVEfmt " + struct.pack("<I", len(fmt))
-            + fmt + b"data" + struct.pack("<I", data_size))
+    return (
+        b"RIFF"
+        + struct.pack("<I", riff_size)
+        + b"WAVEfmt "
+        + struct.pack("<I", len(fmt))
+        + fmt
+        + b"data"
+        + struct.pack("<I", data_size)
+    )
 
 
 class WavEncoder(PcmEncoder):
@@ -212,8 +220,8 @@ class OpusEncoder:
         # OpusHead's pre-skip (at 48 kHz): the first packet starts this far before zero
         self._preskip_48k = int.from_bytes(head[10:12], "little")
         self._head: bytes | None = webm.header(
-            bytes(head), channels=1,
-            codec_delay_ns=self._preskip_48k * 1_000_000_000 // 48000)
+            bytes(head), channels=1, codec_delay_ns=self._preskip_48k * 1_000_000_000 // 48000
+        )
         self._pts = 0
         self._samples = _Samples()
 
@@ -225,9 +233,13 @@ class OpusEncoder:
                 raise RuntimeError("libopus gave a packet without its timing")
             start = packet.pts + offset  # in samples at sample_rate, from the stream's start
             padding = self._ctx.frame_size - packet.duration  # only the last packet is short
-            blocks.append(webm.Block(
-                timestamp_ms=start * 1000 // self.sample_rate, data=bytes(packet),
-                discard_ns=max(0, padding) * 1_000_000_000 // self.sample_rate))
+            blocks.append(
+                webm.Block(
+                    timestamp_ms=start * 1000 // self.sample_rate,
+                    data=bytes(packet),
+                    discard_ns=max(0, padding) * 1_000_000_000 // self.sample_rate,
+                )
+            )
         head, self._head = self._head or b"", None
         return head + webm.clusters(blocks)
 

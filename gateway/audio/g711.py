@@ -5,6 +5,7 @@ sample, A-law from the 13 high bits), built once with numpy for every 16-bit sam
 encode is one table lookup a sample. ``audioop`` itself is deprecated since Python 3.11 and gone
 in 3.13; the tests hold these tables to it (where it exists) and to known G.711 values.
 """
+
 from __future__ import annotations
 
 import numpy as np

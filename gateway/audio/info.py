@@ -7,6 +7,7 @@ decoders (ffmpeg, browsers, mutagen's length) use to drop the encoder's lead-in 
 The layout follows LAME's ``VbrTag.c``; both CRCs are LAME's CRC-16 (polynomial 0x8005,
 reflected, as ffmpeg's ``AV_CRC_16_ANSI_LE``).
 """
+
 from __future__ import annotations
 
 import struct
@@ -50,8 +51,7 @@ def add_info_frame(mp3: bytes, samples: int, *, quality: int = 5, delay: int = E
     header = parse_header(word.to_bytes(4, "big"))
     if header is None:
         raise Mp3FormatError("cannot build an Info frame header")
-    side_info = (32 if header.channels == 2 else 17) if header.version == "1" else (
-        17 if header.channels == 2 else 9)
+    side_info = (32 if header.channels == 2 else 17) if header.version == "1" else (17 if header.channels == 2 else 9)
     count = len(frames)
     padding = count * header.samples - delay - samples
     if not 0 <= padding < 4096 or not 0 <= delay < 4096:
@@ -60,18 +60,20 @@ def add_info_frame(mp3: bytes, samples: int, *, quality: int = 5, delay: int = E
     toc = bytes(min(255, i * 256 // 100) for i in range(100))
     # LAME's quality field: 100 - 10 * VBR quality (its default 4) - algorithm quality
     body = b"Info" + struct.pack(">III", FLAGS, count, total) + toc + struct.pack(">I", 100 - 40 - quality)
-    lame = (LAME_VERSION
-            + bytes([0x01, 0])  # tag revision 0, CBR; lowpass unknown
-            + bytes(8)  # peak, radio and audiophile gain: not computed
-            + bytes([0, min(255, header.bitrate_kbps)])  # flags and ATH; CBR bitrate
-            + ((delay << 12) | padding).to_bytes(3, "big")
-            + bytes(4)  # misc, MP3 gain, preset and surround
-            + struct.pack(">IH", total, crc16(mp3)))  # music length, music CRC
+    lame = (
+        LAME_VERSION
+        + bytes([0x01, 0])  # tag revision 0, CBR; lowpass unknown
+        + bytes(8)  # peak, radio and audiophile gain: not computed
+        + bytes([0, min(255, header.bitrate_kbps)])  # flags and ATH; CBR bitrate
+        + ((delay << 12) | padding).to_bytes(3, "big")
+        + bytes(4)  # misc, MP3 gain, preset and surround
+        + struct.pack(">IH", total, crc16(mp3))
+    )  # music length, music CRC
     frame = bytearray(header.length)
     frame[:HEADER_SIZE] = word.to_bytes(4, "big")
     tag = body + lame
     at = HEADER_SIZE + side_info
-    frame[at:at + len(tag)] = tag
+    frame[at : at + len(tag)] = tag
     end = at + len(tag)
-    frame[end:end + 2] = crc16(frame[:end]).to_bytes(2, "big")  # the tag's CRC: all before it
+    frame[end : end + 2] = crc16(frame[:end]).to_bytes(2, "big")  # the tag's CRC: all before it
     return bytes(frame) + mp3

@@ -8,11 +8,12 @@ The parser is strict: it walks from frame to frame by header length and refuses 
 is not a frame, rather than resynchronising past junk, because silently dropping bytes would
 drop audio. A stream also keeps one version, layer, sample rate and channel count throughout.
 """
+
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 log = logging.getLogger(__name__)
 
@@ -60,14 +61,18 @@ class FrameHeader:
     def same_stream(self, other: FrameHeader) -> bool:
         """True when ``other`` can follow this frame in one stream (bitrate may vary: VBR)."""
         return (self.version, self.layer, self.sample_rate, self.channels) == (
-            other.version, other.layer, other.sample_rate, other.channels)
+            other.version,
+            other.layer,
+            other.sample_rate,
+            other.channels,
+        )
 
 
 def parse_header(data: bytes | bytearray | memoryview, offset: int = 0) -> FrameHeader | None:
     """The frame header at ``offset``, or None if there is no valid header there."""
     if offset < 0 or len(data) - offset < HEADER_SIZE:
         return None
-    word = int.from_bytes(data[offset:offset + HEADER_SIZE], "big")
+    word = int.from_bytes(data[offset : offset + HEADER_SIZE], "big")
     if word >> 21 != 0x7FF:
         return None
     version = _VERSIONS.get((word >> 19) & 0b11)
@@ -90,9 +95,15 @@ def parse_header(data: bytes | bytearray | memoryview, offset: int = 0) -> Frame
         length = per_kbps * bitrate * 1000 // sample_rate + padding
         samples = 576 if layer == 3 and version != "1" else 1152
     return FrameHeader(
-        version=version, layer=layer, bitrate_kbps=bitrate, sample_rate=sample_rate,
-        padding=padding, channels=1 if (word >> 6) & 0b11 == 0b11 else 2, length=length,
-        samples=samples, protected=not (word >> 16) & 1,
+        version=version,
+        layer=layer,
+        bitrate_kbps=bitrate,
+        sample_rate=sample_rate,
+        padding=padding,
+        channels=1 if (word >> 6) & 0b11 == 0b11 else 2,
+        length=length,
+        samples=samples,
+        protected=not (word >> 16) & 1,
     )
 
 
@@ -112,8 +123,9 @@ def id3v2_size(data: bytes | bytearray) -> int | None:
     return 10 + size + footer
 
 
-def _walk(data: bytes | bytearray, start: int, first: FrameHeader | None,
-          partial_ok: bool) -> Iterator[tuple[int, FrameHeader]]:
+def _walk(
+    data: bytes | bytearray, start: int, first: FrameHeader | None, partial_ok: bool
+) -> Iterator[tuple[int, FrameHeader]]:
     """Frames from ``start``; a trailing partial frame is left alone if ``partial_ok``."""
     pos, end = start, len(data)
     while pos < end:
@@ -128,8 +140,7 @@ def _walk(data: bytes | bytearray, start: int, first: FrameHeader | None,
         if pos + header.length > end:
             if partial_ok:
                 return
-            raise Mp3FormatError(f"frame at byte {pos} needs {header.length} bytes, "
-                                 f"{end - pos} left")
+            raise Mp3FormatError(f"frame at byte {pos} needs {header.length} bytes, {end - pos} left")
         yield pos, header
         pos += header.length
 
@@ -193,12 +204,11 @@ def info_tag(frame: bytes | bytearray) -> str | None:
     header = parse_header(frame)
     if header is None or header.layer != 3:
         return None
-    side_info = (32 if header.channels == 2 else 17) if header.version == "1" else (
-        17 if header.channels == 2 else 9)
+    side_info = (32 if header.channels == 2 else 17) if header.version == "1" else (17 if header.channels == 2 else 9)
     at = HEADER_SIZE + (2 if header.protected else 0) + side_info
-    if frame[at:at + 4] in (b"Xing", b"Info"):
-        return bytes(frame[at:at + 4]).decode()
-    if frame[HEADER_SIZE + 32:HEADER_SIZE + 36] == b"VBRI":
+    if frame[at : at + 4] in (b"Xing", b"Info"):
+        return bytes(frame[at : at + 4]).decode()
+    if frame[HEADER_SIZE + 32 : HEADER_SIZE + 36] == b"VBRI":
         return "VBRI"
     return None
 
@@ -255,5 +265,6 @@ def mp3_bitrates(sample_rate: int) -> tuple[int, ...]:
             table = (_V1_BITRATES if version == "1" else _V2_BITRATES)[3]
             # LAME caps MPEG-2.5 (8-12 kHz) at 64 kbps and would silently lower a higher one
             return tuple(b for b in table if version != "2.5" or b <= 64)
-    raise ValueError(f"MP3 cannot carry {sample_rate} Hz; use one of "
-                     f"{sorted(r for rates in _SAMPLE_RATES.values() for r in rates)}")
+    raise ValueError(
+        f"MP3 cannot carry {sample_rate} Hz; use one of {sorted(r for rates in _SAMPLE_RATES.values() for r in rates)}"
+    )

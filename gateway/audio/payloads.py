@@ -5,6 +5,7 @@ into groups of at most ``frames_per_payload`` (grouping only bounds the message 
 to fill a group would add latency). ``bytes:N`` mode cuts at arbitrary byte counts; it exists
 only to demonstrate what misaligned payloads do to a player.
 """
+
 from __future__ import annotations
 
 from .mp3 import split_frames
@@ -13,8 +14,9 @@ MP3_FRAME_SAMPLES = 576  # MPEG-2 Layer III at 24 kHz: 24 ms
 
 
 class Packetizer:
-    def __init__(self, fmt: str, *, chunk_bytes: int = 0, frames_per_payload: int = 8,
-                 sample_rate: int = 24000) -> None:
+    def __init__(
+        self, fmt: str, *, chunk_bytes: int = 0, frames_per_payload: int = 8, sample_rate: int = 24000
+    ) -> None:
         self.fmt = fmt
         self.chunk_bytes = chunk_bytes
         self.frames_per_payload = max(1, frames_per_payload)
@@ -30,7 +32,7 @@ class Packetizer:
             self._pending += data
             n = self.chunk_bytes
             cut = len(self._pending) - len(self._pending) % n
-            out = [bytes(self._pending[i:i + n]) for i in range(0, cut, n)]
+            out = [bytes(self._pending[i : i + n]) for i in range(0, cut, n)]
             del self._pending[:cut]
             return out
         if self.fmt == "mp3":
@@ -41,7 +43,7 @@ class Packetizer:
             w = self.width
             parts = -(-len(data) // self.raw_step)
             size = -(-len(data) // parts // w) * w  # whole samples
-            return [data[i:i + size] for i in range(0, len(data), size)]
+            return [data[i : i + size] for i in range(0, len(data), size)]
         return [data]  # opus/WebM: the muxer's own clusters
 
     def flush(self) -> list[bytes]:

@@ -6,6 +6,7 @@ per chunk would start each from silence and click). soxr removes its own filter 
 sample n is input time n / out_rate, and it holds back a few ms of output until the next
 chunk, or the end (``flush``).
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -5,6 +5,7 @@ packet arrives and cannot be told to flush it, so it always holds back the lates
 This writer emits each batch of packets as one complete cluster the moment it exists. The
 segment has unknown size, as in any live WebM stream (MSE and ffmpeg accept it).
 """
+
 from __future__ import annotations
 
 import struct
@@ -46,21 +47,46 @@ def _sint(element_id: int, value: int) -> bytes:
 
 def header(codec_private: bytes, *, channels: int, codec_delay_ns: int) -> bytes:
     """EBML header, the open-ended Segment, Info and the one Opus track."""
-    ebml = _el(_EBML, b"".join([
-        _uint(0x4286, 1), _uint(0x42F7, 1), _uint(0x42F2, 4), _uint(0x42F3, 8),
-        _el(0x4282, b"webm"), _uint(0x4287, 4), _uint(0x4285, 2),
-    ]))
-    info = _el(0x1549A966, b"".join([
-        _uint(0x2AD7B1, 1_000_000),  # TimestampScale: timestamps in milliseconds
-        _el(0x4D80, b"kokoro-gateway"), _el(0x5741, b"kokoro-gateway"),
-    ]))
+    ebml = _el(
+        _EBML,
+        b"".join(
+            [
+                _uint(0x4286, 1),
+                _uint(0x42F7, 1),
+                _uint(0x42F2, 4),
+                _uint(0x42F3, 8),
+                _el(0x4282, b"webm"),
+                _uint(0x4287, 4),
+                _uint(0x4285, 2),
+            ]
+        ),
+    )
+    info = _el(
+        0x1549A966,
+        b"".join(
+            [
+                _uint(0x2AD7B1, 1_000_000),  # TimestampScale: timestamps in milliseconds
+                _el(0x4D80, b"kokoro-gateway"),
+                _el(0x5741, b"kokoro-gateway"),
+            ]
+        ),
+    )
     audio = _el(0xE1, _el(0xB5, struct.pack(">d", 48000.0)) + _uint(0x9F, channels))
-    track = _el(0xAE, b"".join([
-        _uint(0xD7, 1), _uint(0x73C5, 1), _uint(0x83, 2), _el(0x86, b"A_OPUS"),
-        _el(0x63A2, codec_private), _uint(0x56AA, codec_delay_ns),
-        _uint(0x56BB, 80_000_000),  # SeekPreRoll: Opus needs 80 ms to converge after a seek
-        audio,
-    ]))
+    track = _el(
+        0xAE,
+        b"".join(
+            [
+                _uint(0xD7, 1),
+                _uint(0x73C5, 1),
+                _uint(0x83, 2),
+                _el(0x86, b"A_OPUS"),
+                _el(0x63A2, codec_private),
+                _uint(0x56AA, codec_delay_ns),
+                _uint(0x56BB, 80_000_000),  # SeekPreRoll: Opus needs 80 ms to converge after a seek
+                audio,
+            ]
+        ),
+    )
     return ebml + _SEGMENT.to_bytes(4, "big") + _UNKNOWN_SIZE + info + _el(0x1654AE6B, track)
 
 

@@ -7,11 +7,12 @@ the end: streaming inside a segment would only add compute). ``POST /v1/audio/sp
 (OpenAI-compatible, also with ``stream: true``), the model container's ``POST /invocations``
 and ``run_gateway.py synth`` use it.
 """
+
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable
 
 from ..audio.encoders import Encoder
 from ..config import Settings
@@ -20,8 +21,14 @@ from .pipeline import OUT_EVENTS, Event, Pipeline
 from .synthesis import SynthesisHub
 
 
-async def drain(hub: SynthesisHub, options: StreamOptions, settings: Settings, *, live: bool = False,
-                encoder: Callable[[], Encoder] | None = None) -> AsyncGenerator[bytes, None]:
+async def drain(
+    hub: SynthesisHub,
+    options: StreamOptions,
+    settings: Settings,
+    *,
+    live: bool = False,
+    encoder: Callable[[], Encoder] | None = None,
+) -> AsyncGenerator[bytes, None]:
     """The audio payloads of ``options.text`` in order, as the pipeline makes them. ``live``:
     someone listens as they come (the schedule of a streaming session). Raises the
     ``GatewayError`` that ended the reply; leaving early stops the synthesis."""
@@ -29,8 +36,9 @@ async def drain(hub: SynthesisHub, options: StreamOptions, settings: Settings, *
     if not live:
         options = dataclasses.replace(options, first_clause=False)
     out: asyncio.Queue[Event] = asyncio.Queue(maxsize=OUT_EVENTS)
-    pipeline = Pipeline(hub, settings, dataclasses.replace(options, chunk_bytes=0), out,
-                        requested=vocoder, live=live, encoder=encoder)
+    pipeline = Pipeline(
+        hub, settings, dataclasses.replace(options, chunk_bytes=0), out, requested=vocoder, live=live, encoder=encoder
+    )
     try:
         pipeline.feed(options.text)
         pipeline.end()

@@ -25,29 +25,43 @@ twin's start, never a wait for the twin's work), and the budget counts their wor
 ``load`` is the engine-seconds per second the admitted listeners need while they play (each
 listener's live RTF, over the slots), with the work queued now (``backlog_s``) beside it.
 """
+
 from __future__ import annotations
 
 import asyncio
 import logging
 import math
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol
 
-from .edf import HORIZON_S, SEGMENT_S, TYPICAL_AUDIO_S, Job, Stream, edf, forecast, late, newcomer, planned, still_open
 from ..errors import Overloaded
 from ..kokoro.vocoder.modes import VocoderMode
+from .edf import HORIZON_S, SEGMENT_S, TYPICAL_AUDIO_S, Job, Stream, edf, forecast, late, newcomer, planned, still_open
 
 if TYPE_CHECKING:
     from ..config import Settings
-    from .scheduler import EngineScheduler
     from .engine_rate import EngineRate
+    from .scheduler import EngineScheduler
 
-__all__ = ["ADMIT", "SEGMENT_S", "TYPICAL_AUDIO_S", "Budget", "Job", "Member", "Stream", "Verdict", "edf", "late",
-           "newcomer", "planned", "still_open"]
+__all__ = [
+    "ADMIT",
+    "SEGMENT_S",
+    "TYPICAL_AUDIO_S",
+    "Budget",
+    "Job",
+    "Member",
+    "Stream",
+    "Verdict",
+    "edf",
+    "late",
+    "newcomer",
+    "planned",
+    "still_open",
+]
 
 log = logging.getLogger(__name__)
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +93,7 @@ def shares(a: ShareKey | None, b: ShareKey | None) -> bool:
     if a is None or b is None or a[:3] != b[:3]:
         return False
     short, long = sorted((a[3], b[3]), key=len)
-    return bool(short) and long[len(long) - len(short):] == short
+    return bool(short) and long[len(long) - len(short) :] == short
 
 
 def _key_of(member: object) -> ShareKey | None:
@@ -97,8 +111,13 @@ class Member(Protocol):
 class Budget:
     """The admitted members, the queue of those waiting, and the verdict for a newcomer."""
 
-    def __init__(self, engine_rate: "EngineRate", scheduler: "EngineScheduler", settings: "Settings",
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self,
+        engine_rate: EngineRate,
+        scheduler: EngineScheduler,
+        settings: Settings,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         self.engine_rate, self.scheduler, self.clock = engine_rate, scheduler, clock
         self.max_start_s = settings.max_start_s
         self.queue_timeout_s = settings.queue_timeout_s
@@ -145,8 +164,9 @@ class Budget:
         never makes anyone wait."""
         return min(self.scheduler.slots, len(self.members) + len(self.scheduler.running) + 1)
 
-    def streams(self, exclude: object = None, key: ShareKey | None = None,
-                queued: bool = False) -> tuple[list[Stream], list[float]]:
+    def streams(
+        self, exclude: object = None, key: ShareKey | None = None, queued: bool = False
+    ) -> tuple[list[Stream], list[float]]:
         """Every member's remaining work now, and when each slot is free. Members sharing
         their synthesis count once; ``exclude`` (a member or its listener) and the members it
         shares with, or that share ``key``, are left out. ``queued``: the sessions waiting in the
@@ -212,8 +232,13 @@ class Budget:
         return round(sum(free) + sum(j.work_s for s in streams for j in s.jobs), 3)
 
     def snapshot(self) -> dict[str, float]:
-        return {"load": self.load(), "backlog_s": self.backlog_s(), "listeners": len(self.members),
-                "queued": len(self.queue), "max_start_s": self.max_start_s}
+        return {
+            "load": self.load(),
+            "backlog_s": self.backlog_s(),
+            "listeners": len(self.members),
+            "queued": len(self.queue),
+            "max_start_s": self.max_start_s,
+        }
 
     # -- admission ------------------------------------------------------------------------
     def plan(self, audio: Sequence[float], mode: str | None) -> tuple[list[float], list[float]]:
@@ -228,8 +253,14 @@ class Budget:
         while the engine has headroom (``Listener.mode_for``), which others may take."""
         return 1.0 if mode == VocoderMode.FROZEN_FIRST else self.engine_rate.first_fraction(mode)
 
-    def verdict(self, audio: Sequence[float], mode: str | None, exclude: object = None,
-                key: ShareKey | None = None, queued: bool = False) -> Verdict:
+    def verdict(
+        self,
+        audio: Sequence[float],
+        mode: str | None,
+        exclude: object = None,
+        key: ShareKey | None = None,
+        queued: bool = False,
+    ) -> Verdict:
         """Start forecast for a reply of ``audio`` segments; one that shares its synthesis with
         an admitted reply (``key``) starts with it and adds no work."""
         if (twin := self.twin_start(key)) is not None:
@@ -240,8 +271,14 @@ class Budget:
         limit = max(self.max_start_s, alone)
         return Verdict(start, alone, 0.0 if start <= limit + 1e-6 else start - limit)
 
-    def admit(self, audio: Sequence[float], mode: str | None, key: ShareKey | None = None,
-              exclude: object = None, tentative: bool = False) -> Verdict:
+    def admit(
+        self,
+        audio: Sequence[float],
+        mode: str | None,
+        key: ShareKey | None = None,
+        exclude: object = None,
+        tentative: bool = False,
+    ) -> Verdict:
         """The verdict for a new session (``audio``: its segments' forecast audio; empty: not
         known yet, a nominal reply), or ``Overloaded`` when it must be refused (``tentative``: the
         caller decides again later, so the refusal is not logged as one). A session whose
@@ -255,15 +292,25 @@ class Budget:
         wait = v.wait_s if v.wait_s > 0 else self.max_start_s  # behind the queue: at least one turn
         if wait > self.queue_timeout_s or len(self.queue) >= self.max_queued:
             retry = wait if math.isfinite(wait) else self.queue_timeout_s
-            log.log(logging.DEBUG if tentative else logging.WARNING, "refused a listener: forecast start %.2f s (%.2f s alone), %d listeners, %d queued, "
-                        "load %.2f", v.start_s, v.alone_s, len(self.members), len(self.queue), self.load())
-            raise Overloaded(f"the engine is fully booked: a new listener could start in {retry:.1f} s at the "
-                             f"earliest (limit {self.max_start_s:g} s); retry then",
-                             retry_after=max(1.0, min(60.0, retry)))
+            log.log(
+                logging.DEBUG if tentative else logging.WARNING,
+                "refused a listener: forecast start %.2f s (%.2f s alone), %d listeners, %d queued, load %.2f",
+                v.start_s,
+                v.alone_s,
+                len(self.members),
+                len(self.queue),
+                self.load(),
+            )
+            raise Overloaded(
+                f"the engine is fully booked: a new listener could start in {retry:.1f} s at the "
+                f"earliest (limit {self.max_start_s:g} s); retry then",
+                retry_after=max(1.0, min(60.0, retry)),
+            )
         return Verdict(v.start_s, v.alone_s, wait)
 
-    async def enter(self, member: Member, audio: Callable[[], Sequence[float]], mode: str | None,
-                    verdict: Verdict) -> None:
+    async def enter(
+        self, member: Member, audio: Callable[[], Sequence[float]], mode: str | None, verdict: Verdict
+    ) -> None:
         """Join the admitted members: at once when ``verdict`` says so, else after waiting in
         the queue (first come first) until its forecast start is within the limit."""
         if verdict.wait_s == 0.0 and (not self.queue or self.twin_start(_key_of(member)) is not None):
@@ -274,11 +321,15 @@ class Budget:
         loop = asyncio.get_running_loop()
         give_up = loop.time() + verdict.wait_s + self.queue_timeout_s
         try:
-            while not ((self.queue[0] is ticket or self.twin_start(_key_of(member)) is not None)
-                       and self.verdict(audio(), mode, member, _key_of(member)).wait_s == 0.0):
+            while not (
+                (self.queue[0] is ticket or self.twin_start(_key_of(member)) is not None)
+                and self.verdict(audio(), mode, member, _key_of(member)).wait_s == 0.0
+            ):
                 if loop.time() >= give_up:
-                    raise Overloaded("the engine stayed fully booked while this session waited; retry shortly",
-                                     retry_after=max(1.0, self.max_start_s))
+                    raise Overloaded(
+                        "the engine stayed fully booked while this session waited; retry shortly",
+                        retry_after=max(1.0, self.max_start_s),
+                    )
                 event = self._changed
                 try:  # (not wait_for: on 3.11 it can swallow a cancel that comes with the timeout)
                     async with asyncio.timeout(0.25):  # playback moves deadlines too: look again

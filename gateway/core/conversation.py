@@ -9,17 +9,19 @@ client's ``played_ms``); after a failure, the text already sent as audio (the re
 ``Transcript``). A turn nobody heard anything of is dropped whole, so the history always
 alternates user / assistant.
 """
+
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
-from ..config import Settings
-from .heard import Transcript
-from ..metrics import Metrics
 from ..agent.base import Agent, AgentError, AgentTimeout, Message
+from ..config import Settings
+from ..metrics import Metrics
+from .heard import Transcript
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +44,7 @@ class Conversation:
             out += [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
         return out + [{"role": "user", "content": prompt}]
 
-    def start(self, prompt: str, transcript: Transcript | None = None) -> "Turn":
+    def start(self, prompt: str, transcript: Transcript | None = None) -> Turn:
         self.turns += 1
         return Turn(self, prompt, transcript)
 
@@ -81,7 +83,9 @@ class Turn:
                     return
                 except TimeoutError:
                     where = "the first token" if not self.reply else "the next token"
-                    raise AgentTimeout(f"the agent ({conv.agent.label}) sent no token for {timeout:g} s waiting for {where}") from None
+                    raise AgentTimeout(
+                        f"the agent ({conv.agent.label}) sent no token for {timeout:g} s waiting for {where}"
+                    ) from None
                 except AgentError:
                     raise
                 except Exception:  # a bug or an unexpected answer: logged here, a clean error out

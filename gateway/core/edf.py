@@ -4,12 +4,13 @@ The pure part of the real-time budget (``budget.py``): work as ``Stream``s of ``
 engine's slots, and ``edf``, which serves them as the scheduler (``scheduler.py``) will;
 ``forecast`` finds the earliest start a new reply can have without making anyone later.
 """
+
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 from .schedule import early_s, pieces_of, preroll_from
 
@@ -19,6 +20,7 @@ HORIZON_S = 600.0  # no forecast looks further ahead than this
 TYPICAL_AUDIO_S = 8.0  # a reply whose text is not known yet (a WebSocket before its text)
 SEGMENT_S = 3.0  # ... cut into segments of about this much audio
 SLACK_S = 0.02  # an admitted listener may be this much later than without the newcomer (a payload's jitter)
+TIE_S = 0.25  # deadlines this close may come in either order (estimated from text lengths)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,11 +67,14 @@ def reached(start: float, j: Job, need: float) -> float | None:
     return start + j.work_s
 
 
-def play(streams: Sequence[Stream], free_at: Sequence[float]) -> tuple[list[list[float]], list[float]]:
+def play(
+    streams: Sequence[Stream], free_at: Sequence[float], bias: float = 0.0
+) -> tuple[list[list[float]], list[float]]:
     """Finish times (s from now) of every job of ``streams``: non-preemptive earliest deadline
     first on ``len(free_at)`` slots (each free from its time on), a stream's jobs in order; and
     how far each stream's deadlines moved (a player that starts once it holds its preroll starts
-    when that audio comes, earlier or later than planned: the scheduler follows it)."""
+    when that audio comes, earlier or later than planned: the scheduler follows it). ``bias``:
+    the last stream's deadlines that much earlier in the order (not in its lateness)."""
     free = sorted(free_at) or [0.0]
     nxt = [0] * len(streams)
     ready = [s.release for s in streams]
@@ -84,7 +89,10 @@ def play(streams: Sequence[Stream], free_at: Sequence[float]) -> tuple[list[list
         if not now_ready:
             t = min(ready[i] for i in cands)
             now_ready = [i for i in cands if ready[i] <= t + 1e-6]
-        i = min(now_ready, key=lambda k: (streams[k].jobs[nxt[k]].deadline + shift[k], k))
+        i = min(
+            now_ready,
+            key=lambda k: (streams[k].jobs[nxt[k]].deadline + shift[k] + (bias if k == len(streams) - 1 else 0.0), k),
+        )
         j = streams[i].jobs[nxt[i]]
         end = t + j.work_s
         if (hold := need[i]) is not None:
@@ -99,6 +107,32 @@ def play(streams: Sequence[Stream], free_at: Sequence[float]) -> tuple[list[list
         free[0] = end
         free.sort()
     return done, shift
+
+
+def placed(
+    others: Sequence[Stream], mine: Stream, free: Sequence[float], held: float, anchor: float, bias: float = 0.0
+) -> list[tuple[float, float, float]]:
+    """(arrival, audio, position) of ``mine``'s audio beside ``others`` for a player that has
+    not started (holding ``held``, planned to start ``anchor`` s from now): it starts once it
+    holds its preroll, whenever that comes, and the scheduler follows; the smallest hold that
+    keeps it gapless and the others no later than its planned start does. ``bias``: added to
+    its deadlines in the scheduler's order (a near tie taken the other way)."""
+    finish, shift = play([*others, mine], free, bias)
+    got = pieces(mine, finish[-1])
+    base = [late(s, f, d) for s, f, d in zip(others, finish, shift)]
+    for _ in range(8):
+        hold = preroll_from(got, held)
+        stream = replace(mine, hold_s=max(0.0, hold - held), anchor_s=anchor)
+        finish, shift = play([*others, stream], free, bias)
+        if late(stream, finish[-1], shift[-1]) <= 1e-3 and all(
+            late(s, f, d) <= max(b, 0.0) + SLACK_S for s, f, d, b in zip(others, finish, shift, base)
+        ):
+            break
+        later = pieces(mine, finish[-1])
+        if preroll_from(later, held) <= hold + 1e-3:
+            later = [(at + 0.25, audio, pos) for at, audio, pos in got]  # others: hold longer
+        got = later
+    return got
 
 
 def edf(streams: Sequence[Stream], free_at: Sequence[float]) -> list[list[float]]:
@@ -133,8 +167,13 @@ def newcomer(work: Sequence[float], audio: Sequence[float], start: float, first_
     return Stream(tuple(jobs))
 
 
-def forecast(others: Sequence[Stream], work: Sequence[float], audio: Sequence[float],
-             free_at: Sequence[float], first_fraction: float = 1.0) -> tuple[float, float]:
+def forecast(
+    others: Sequence[Stream],
+    work: Sequence[float],
+    audio: Sequence[float],
+    free_at: Sequence[float],
+    first_fraction: float = 1.0,
+) -> tuple[float, float]:
     """(start, start alone): the earliest playback start of a new reply (segments' ``work`` and
     ``audio``) that keeps every other stream no later than it is without it and every one of
     its own segments in time; the same on an idle engine. ``inf`` beyond ``HORIZON_S``."""

@@ -15,13 +15,14 @@ The margin forecasts are stretched by is learned from what replies' arrivals nee
 (``margins.py``), per mode, once a few replies were seen; before that it follows the calls'
 overruns.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from .margins import Margins
 from ..kokoro.vocoder.pacing import CostModel
+from .margins import Margins
 
 DEFAULT = "default"  # the key of engines without vocoder modes (and of an unnamed mode)
 PRIOR_RTF = 1.0  # before any measurement: assume real time, the pessimistic side of most hosts
@@ -52,11 +53,12 @@ class EngineRate:
         # slower): the machine's state, so a slowdown seen in one mode counts for all
         # until calls say otherwise, assume they overrun by PRIOR_OVERRUN (one pseudo-call):
         # the first reply after start-up is the one whose player cannot be corrected in time
-        self._overrun = [1.0, PRIOR_OVERRUN ** 2]  # weight, sum of squares
+        self._overrun = [1.0, PRIOR_OVERRUN**2]  # weight, sum of squares
         self.margins = Margins()
 
-    def observe(self, mode: str | None, audio_s: float, wall_s: float, first_s: float,
-                *, chars: int = 0, speed: float = 1.0) -> None:
+    def observe(
+        self, mode: str | None, audio_s: float, wall_s: float, first_s: float, *, chars: int = 0, speed: float = 1.0
+    ) -> None:
         """One finished synthesis: ``audio_s`` of audio in ``wall_s``, the first after ``first_s``."""
         if audio_s <= 0 or wall_s <= 0:
             return
@@ -81,6 +83,10 @@ class EngineRate:
         if m is None and self._modes:
             m = max(self._modes.values(), key=lambda x: x.calls)
         return m
+
+    def measured(self, mode: str | None = None) -> bool:
+        """Has the engine made anything yet (in any mode: the same engine)?"""
+        return self._mode(mode) is not None
 
     def rtf(self, mode: str | None = None) -> float:
         """Recent wall seconds per audio second (the prior until something was measured)."""
@@ -125,9 +131,11 @@ class EngineRate:
 
     def snapshot(self) -> dict[str, Any]:
         """For /readyz and /metrics: per mode, the smoothed RTF and the calls it rests on."""
-        out: dict[str, Any] = {name: {"rtf": round(m.wall / m.audio, 3), "calls": m.calls,
-                                      "first_fraction": round(m.first_frac, 3)}
-                               for name, m in self._modes.items() if m.audio > 0}
+        out: dict[str, Any] = {
+            name: {"rtf": round(m.wall / m.audio, 3), "calls": m.calls, "first_fraction": round(m.first_frac, 3)}
+            for name, m in self._modes.items()
+            if m.audio > 0
+        }
         if out:
             out["overrun"] = round(self.overrun(), 3)
         if margins := self.margins.snapshot():

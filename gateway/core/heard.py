@@ -11,6 +11,7 @@ A segment's words may come in several pieces (one per model call): until its aud
 its text counts only up to its last heard word, never past the words known so far. A segment
 that made no audio (letters the voice cannot read) was never heard and is passed over.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -13,30 +13,36 @@ engine work its remaining segments need, each with its deadline). With other lis
 the engine, ``preroll_ms`` plays out everyone's work as the scheduler will (``budget.edf``):
 the work queued ahead of this listener counts, not only its own text.
 """
+
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING
 
-from .budget import Stream, share_key
-from .edf import SLACK_S, Job, job, late, pieces, play, reached
 from ..config import Settings
-from .options import StreamOptions
-from .margins import needed_stretch, scaled
-from .schedule import forecast, preroll_from, preroll_s
-from .engine_rate import DEFAULT, EngineRate
 from ..kokoro.vocoder.modes import VocoderMode
+from .budget import Stream, share_key
+from .edf import TIE_S, Job, job, pieces, placed, play, reached
+from .engine_rate import DEFAULT, EngineRate
+from .margins import needed_stretch, scaled
+from .options import StreamOptions
+from .schedule import forecast, preroll_from, preroll_s
 
 if TYPE_CHECKING:
     from .budget import Budget
 
 SHARED = "shared"  # the margins' bucket of replies forecast beside other listeners' work
+# a reply's first forecast: its preroll at each stretch, when it was made, the margins' bucket,
+# and (made on the prior rate) its texts and modes to forecast again at the measured rate
+Plan = tuple[Callable[[float], float], float, str, tuple[list[str], list[str | None]] | None]
 
 
-def preroll_ms(rate: EngineRate, settings: Settings, speed: float, texts: Sequence[str],
-               held_s: float, modes: Sequence[str | None]) -> int:
+def preroll_ms(
+    rate: EngineRate, settings: Settings, speed: float, texts: Sequence[str], held_s: float, modes: Sequence[str | None]
+) -> int:
     """Audio (ms) a player should hold before it starts or resumes, for ``texts`` still to
     come (each synthesized in its mode of ``modes``) and ``held_s`` of audio it has not heard,
     at the engine's live ``rate``; ``speed`` is the speaking rate asked for."""
@@ -46,9 +52,18 @@ def preroll_ms(rate: EngineRate, settings: Settings, speed: float, texts: Sequen
 
 
 class Listener:
-    def __init__(self, engine_rate: EngineRate, settings: Settings, options: StreamOptions, *,
-                 requested: str | None, sample_rate: int, live: bool = True,
-                 budget: "Budget | None" = None, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self,
+        engine_rate: EngineRate,
+        settings: Settings,
+        options: StreamOptions,
+        *,
+        requested: str | None,
+        sample_rate: int,
+        live: bool = True,
+        budget: Budget | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         self.engine_rate, self.settings, self.options = engine_rate, settings, options
         self.requested = requested  # the vocoder mode the request asked for (or the engine's)
         self.sample_rate, self.live = sample_rate, live
@@ -62,7 +77,7 @@ class Listener:
         self.t_play: float | None = None  # clock: when the player held that preroll (its start)
         # the first forecast of a reply whose whole text it saw (as the preroll it gives at each
         # stretch), and the arrivals since: what the margins learn from
-        self.plan: tuple[Callable[[float], float], float, str] | None = None
+        self.plan: Plan | None = None
         self.arrivals: list[tuple[float, float]] = []
         self.more: Callable[[], bool] = lambda: False  # another segment is cut and waits (the pipeline's)
 
@@ -104,8 +119,9 @@ class Listener:
             return None
         return self.deadline() + max(0.0, call_audio_s - self.segment_samples / self.sample_rate)
 
-    def stream(self, audio: Sequence[float], now: float, running: float | None, current: bool,
-               anchored: bool = True) -> Stream:
+    def stream(
+        self, audio: Sequence[float], now: float, running: float | None, current: bool, anchored: bool = True
+    ) -> Stream:
         """The engine work of segments of ``audio`` s (``audio[0]`` the segment being made when
         ``current``), each due when the listener would run dry without it; ``running``: the
         compute left in this listener's call on the engine now. ``anchored``: a player that has
@@ -202,36 +218,52 @@ class Listener:
         shared = self.shared_preroll_s(texts)
         if complete and self.live and self.plan is None:
             self.plan = self._plan(texts, modes, mode)
-        ms = (round(1000 * shared) if shared is not None else
-              preroll_ms(self.engine_rate, self.settings, self.options.speed, texts, self.buffered_s(), modes))
+        ms = (
+            round(1000 * shared)
+            if shared is not None
+            else preroll_ms(self.engine_rate, self.settings, self.options.speed, texts, self.buffered_s(), modes)
+        )
         self.tell(ms / 1000)
         return ms
 
     def learn(self) -> None:
-        """The reply is made: what its arrivals needed tunes the margins (``margins.py``)."""
+        """The reply is made: what its arrivals needed tunes the margins (``margins.py``). A
+        plan made before the engine had made anything (the first reply after start-up, on the
+        prior rate) says how wrong the prior was, not how noisy the engine is: its reply's
+        texts are forecast again at the rate measured since (its own calls)."""
         if self.plan is not None and self.arrivals:
-            preroll_at, _, bucket = self.plan
+            preroll_at, _, bucket, again = self.plan
+            if again is not None:
+                segments = forecast(*again, self.engine_rate, self.options.speed)
+                preroll_at = lambda s: preroll_s(segments, 0.0, s)  # noqa: E731
             self.engine_rate.margins.observe(bucket, needed_stretch(preroll_at, self.arrivals))
-            self.plan = None
+        self.plan = None
 
-    def _plan(self, texts: Sequence[str], modes: Sequence[str | None],
-              mode: str | None) -> tuple[Callable[[float], float], float, str]:
-        """The forecast a reply starts with, as the preroll it gives at each stretch."""
+    def _plan(self, texts: Sequence[str], modes: Sequence[str | None], mode: str | None) -> Plan:
+        """The forecast a reply starts with, as the preroll it gives at each stretch (and, made
+        on the prior rate, its texts and modes, to forecast again once the engine is measured)."""
+        measured = self.engine_rate.measured(mode)
         if (shared := self._shared_pieces(texts)) is not None:
             got, k = shared
-            return (lambda s: preroll_from(scaled(got, s / k))), self.clock(), SHARED
+            return (lambda s: preroll_from(scaled(got, s / k))), self.clock(), SHARED, None
         segments = forecast(texts, modes, self.engine_rate, self.options.speed)
-        return (lambda s: preroll_s(segments, 0.0, s)), self.clock(), mode or DEFAULT
+        again = None if measured else (list(texts), list(modes))
+        return (lambda s: preroll_s(segments, 0.0, s)), self.clock(), mode or DEFAULT, again
 
     def shared_preroll_s(self, texts: Sequence[str]) -> float | None:
         """The preroll with the other listeners' work on the engine (None: it has no others):
         this reply's segments finish where the scheduler will serve them, stretched by the
-        margin replies shared this way needed where that is more than the budget's."""
+        margin replies needed where that is more than the budget's. (Never below the budget's
+        floor here: the others' work is forecast from their texts' lengths, which the margins
+        learned from this engine's own replies do not cover; below it, a listener admitted from
+        the queue beside a reply streaming in stalled 0.24 s on the replay.)"""
         shared = self._shared_pieces(texts)
         if shared is None:
             return None
         got, k = shared
-        learned = self.engine_rate.margins.factor(SHARED)  # (never under the budget's own: its promises)
+        # what replies shared this way needed; before any was seen, what any reply needed
+        margins = self.engine_rate.margins
+        learned = margins.factor(SHARED) or max(margins.snapshot().values(), default=None)
         return preroll_from(scaled(got, learned / k) if learned and learned > k else got, self.buffered_s())
 
     def _shared_pieces(self, texts: Sequence[str]) -> tuple[list[tuple[float, float, float]], float] | None:
@@ -246,25 +278,18 @@ class Listener:
             return None
         now, free = self.clock(), free or [0.0]
         mine = self.stream(self.audio_of(texts), now, None, current=False, anchored=False)
-        finish, shift = play([*others, mine], free)
-        got = pieces(mine, finish[-1])
-        if self.t_play is None and not o.buffered_s:  # the player starts once it holds the preroll,
-            # whenever that comes, and the scheduler follows: the smallest hold that keeps it
-            # gapless and the others no later than its planned start does
-            base = [late(s, f, d) for s, f, d in zip(others, finish, shift)]
-            held = self.buffered_s()
-            anchor = self.deadline() - now - held
-            for _ in range(8):
-                hold = preroll_from(got, held)
-                stream = replace(mine, hold_s=max(0.0, hold - held), anchor_s=anchor)
-                finish, shift = play([*others, stream], free)
-                if late(stream, finish[-1], shift[-1]) <= 1e-3 and all(
-                        late(s, f, d) <= max(b, 0.0) + SLACK_S for s, f, d, b in zip(others, finish, shift, base)):
-                    break
-                later = pieces(mine, finish[-1])
-                if preroll_from(later, held) <= hold + 1e-3:
-                    later = [(at + 0.25, audio, pos) for at, audio, pos in got]  # others: hold longer
-                got = later
+        if self.t_play is not None or o.buffered_s:
+            return pieces(mine, play([*others, mine], free)[0][-1]), self.budget.safety()
+        # the player starts once it holds the preroll, whenever that comes, and the scheduler
+        # follows: the smallest hold that keeps it gapless and the others no later than its
+        # planned start does; where its deadlines and another's are within what text-length
+        # estimates can swap, whichever order the scheduler takes (the hold that covers both)
+        held = self.buffered_s()
+        anchor = self.deadline() - now - held
+        got = max(
+            (placed(others, mine, free, held, anchor, bias) for bias in (0.0, -TIE_S)),
+            key=lambda g: preroll_from(g, held),
+        )
         return got, self.budget.safety()
 
     async def wait(self, pending: Sequence[str]) -> None:
@@ -274,9 +299,10 @@ class Listener:
         if not self.live or horizon <= 0 or self.t_first_audio is None:
             return
         rate = self.engine_rate
-        need = sum(rate.predict(self.requested, rate.audio_s(t, self.options.speed))
-                   for t in list(pending)[: max(1, self.settings.lookahead)])
+        need = sum(
+            rate.predict(self.requested, rate.audio_s(t, self.options.speed))
+            for t in list(pending)[: max(1, self.settings.lookahead)]
+        )
         excess = self.buffered_s() - horizon - rate.safety(self.settings.preroll_safety) * need
         if excess > 0:
             await asyncio.sleep(excess)
-

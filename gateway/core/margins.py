@@ -12,38 +12,49 @@ bucket (the vocoder mode: each has its own errors; ``shared`` for replies foreca
 listeners' work on the engine) and answers mean + 2 spreads once it has seen a few replies;
 before that, the caller's fixed rule stands.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from .schedule import oracle_start
 
 LOW, HIGH = 1.0, 2.0  # a stretch is never below the forecast itself, nor above twice it
-MIN_REPLIES = 3  # replies seen before a bucket's learned margin replaces the fixed rule
+MIN_REPLIES = 1  # replies seen before a bucket's learned margin replaces the fixed rule
 
 
 def needed_stretch(preroll_at: Callable[[float], float], arrivals: Iterable[tuple[float, float]]) -> float:
     """The smallest stretch whose forecast preroll (``preroll_at(stretch)``, the forecast made
     when the reply started) is at least what the actual ``arrivals`` (time from that
     forecast, audio) needed: the hold that makes a player start at their oracle start."""
-    got = list(arrivals)
-    start = oracle_start(got)
-    need = 0.0  # a player counting audio as it comes starts at the first arrival at or after `start`
-    if got and start > got[0][0] + 1e-9:
-        for t, audio in got:
-            need += audio
-            if t >= start - 1e-9:
-                break
-    if preroll_at(LOW) >= need - 1e-3:
+    need = needed_hold(list(arrivals))
+    if preroll_at(LOW) >= need:
         return LOW
     lo, hi = LOW, HIGH * 1.5
-    if preroll_at(hi) < need - 1e-3:
+    if preroll_at(hi) < need:
         return hi
     while hi - lo > 0.01:
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if preroll_at(mid) < need - 1e-3 else (lo, mid)
+        lo, hi = (mid, hi) if preroll_at(mid) < need else (lo, mid)
     return hi
+
+
+def needed_hold(got: Sequence[tuple[float, float]]) -> float:
+    """The least preroll that makes a player counting ``got`` (time, audio) as it comes start
+    at their oracle start: a hair more than it holds just before the first arrival at or after
+    it (0 when that is the first). Not the hold including that arrival: segments come whole,
+    and a forecast whose first segment was estimated a little shorter than it came asked for
+    a stretch large enough to take in the next segment as well (1.8 where 1.0 was enough)."""
+    start = oracle_start(got)
+    if not got or start <= got[0][0] + 1e-9:
+        return 0.0
+    held = 0.0
+    for t, audio in got:
+        if t >= start - 1e-9:
+            break
+        held += audio
+    return held + 1e-3
 
 
 def scaled(pieces: Sequence[tuple[float, float, float]], factor: float) -> list[tuple[float, float, float]]:

@@ -4,6 +4,7 @@
 scheduler's forecasts), the verdict on the session it opens (``admitted``) and the wait in the
 queue before its first segment (``enter_budget``).
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -18,16 +19,16 @@ if TYPE_CHECKING:
 
 
 class BudgetMember:
-    hub: "SynthesisHub"
-    listener: "Listener"
-    settings: "Settings"
+    hub: SynthesisHub
+    listener: Listener
+    settings: Settings
     t_input: float | None
     ended: bool  # no more input will come
     current: str | None  # the segment being synthesized
     planned: list[float]  # audio (s) per segment the budget admitted it for
     verdict: Verdict | None  # the budget's, for a reply that opens a session
     planned_key: ShareKey | None  # the share key of the text it was admitted with
-    options: "StreamOptions"
+    options: StreamOptions
     deferred = False  # admitted on a nominal reply it would not fit: decided on its first text
 
     def _forecast_texts(self, current: str | None) -> list[str]:
@@ -57,8 +58,9 @@ class BudgetMember:
         made = listener.samples - (listener.segment_samples if current and self.current else 0)
         return still_open(audio, made / listener.sample_rate)
 
-    def admitted(self, verdict: Verdict, planned: list[float], key: ShareKey | None = None,
-                 deferred: bool = False) -> None:
+    def admitted(
+        self, verdict: Verdict, planned: list[float], key: ShareKey | None = None, deferred: bool = False
+    ) -> None:
         """The budget's verdict on the session this reply opens: admitted now (a member from
         here on, its ``planned`` segments, shared on ``key``, counted until its text comes) or
         queued; ``deferred``: its text comes later and the nominal reply would be refused, so

@@ -8,13 +8,14 @@ message. This is the one place they are validated, against what the engine decla
 the code and a message naming the field and what is allowed, so every edge can turn it into
 its own error shape; engines take what passes as given.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
-from ..kokoro import voicecatalog
 from ..audio.encoders import OPUS_SAMPLE_RATES
 from ..audio.g711 import LAWS
 from ..audio.mp3 import mp3_bitrates
@@ -22,6 +23,7 @@ from ..audio.resample import SAMPLE_RATES
 from ..config import Settings
 from ..engines.base import Capabilities, Engine
 from ..errors import BadRequest, PayloadTooLarge, quoted
+from ..kokoro import voicecatalog
 
 FORMATS = ("mp3", "pcm", "wav", "opus", "ulaw", "alaw")
 G711_RATE = 8000  # ulaw and alaw unless asked otherwise: the telephone's rate
@@ -107,14 +109,17 @@ def check_voice(caps: Capabilities, voice: str) -> str:
     if caps.blends:
         return voicecatalog.resolve(voice, known)
     if voice not in known:
-        raise BadRequest(f"unknown voice {quoted(voice)}; choose one of {', '.join(sorted(known))}", code="unknown_voice")
+        raise BadRequest(
+            f"unknown voice {quoted(voice)}; choose one of {', '.join(sorted(known))}", code="unknown_voice"
+        )
     return voice
 
 
 def check_speed(caps: Capabilities, speed: float) -> float:
     if not caps.min_speed <= speed <= caps.max_speed:
-        raise BadRequest(f"speed must be between {caps.min_speed} and {caps.max_speed}, got {speed}",
-                         code="invalid_speed")
+        raise BadRequest(
+            f"speed must be between {caps.min_speed} and {caps.max_speed}, got {speed}", code="invalid_speed"
+        )
     return speed
 
 
@@ -123,11 +128,15 @@ def check_vocoder(caps: Capabilities, engine_name: str, vocoder: str) -> str:
     if not vocoder:
         return ""
     if not caps.vocoder_modes:
-        raise BadRequest(f"vocoder: the {engine_name} engine cannot stream inside a sentence "
-                         "(only the embedded engine with embedded_vocoder on can)", code="invalid_option")
+        raise BadRequest(
+            f"vocoder: the {engine_name} engine cannot stream inside a sentence "
+            "(only the embedded engine with embedded_vocoder on can)",
+            code="invalid_option",
+        )
     if vocoder not in caps.vocoder_modes:
-        raise BadRequest(f"vocoder must be one of {', '.join(caps.vocoder_modes)}, got {quoted(vocoder)}",
-                         code="invalid_option")
+        raise BadRequest(
+            f"vocoder must be one of {', '.join(caps.vocoder_modes)}, got {quoted(vocoder)}", code="invalid_option"
+        )
     return vocoder
 
 
@@ -143,7 +152,9 @@ def parse_options(raw: Mapping[str, Any], settings: Settings, engine: Engine) ->
     bitrate = check_bitrate(raw, fmt, sample_rate, settings.default_bitrate)
     envelope = str(raw.get("envelope") or "json").lower()
     if envelope not in ENVELOPES:
-        raise BadRequest(f"envelope must be one of {', '.join(ENVELOPES)}, got {quoted(envelope)}", code="invalid_option")
+        raise BadRequest(
+            f"envelope must be one of {', '.join(ENVELOPES)}, got {quoted(envelope)}", code="invalid_option"
+        )
     return StreamOptions(
         vocoder=check_vocoder(caps, engine.name, str(raw.get("vocoder") or "").lower()),
         voice=voice,
@@ -170,12 +181,16 @@ def check_sample_rate(raw: Mapping[str, Any], fmt: str, engine_rate: int) -> int
         return default
     number = _number(raw, "sample_rate", default)
     if isinstance(value, bool) or number not in SAMPLE_RATES:
-        raise BadRequest(f"sample_rate must be one of {', '.join(map(str, SAMPLE_RATES))} Hz, got {quoted(value)}",
-                         code="invalid_option")
+        raise BadRequest(
+            f"sample_rate must be one of {', '.join(map(str, SAMPLE_RATES))} Hz, got {quoted(value)}",
+            code="invalid_option",
+        )
     if fmt == "opus" and number not in OPUS_SAMPLE_RATES:
-        raise BadRequest(f"Opus cannot carry {int(number)} Hz; ask for one of "
-                         f"{', '.join(str(r) for r in OPUS_SAMPLE_RATES if r in SAMPLE_RATES)}",
-                         code="invalid_option")
+        raise BadRequest(
+            f"Opus cannot carry {int(number)} Hz; ask for one of "
+            f"{', '.join(str(r) for r in OPUS_SAMPLE_RATES if r in SAMPLE_RATES)}",
+            code="invalid_option",
+        )
     return int(number)
 
 
@@ -186,8 +201,9 @@ def check_bitrate(raw: Mapping[str, Any], fmt: str, sample_rate: int, default: i
     allowed = mp3_bitrates(sample_rate) if fmt == "mp3" else MP3_BITRATES
     if bitrate not in allowed:  # 64.0 is 64; 64.9 and inf are not bitrates
         at = f" at {sample_rate} Hz" if fmt == "mp3" else ""
-        raise BadRequest(f"bitrate{at} must be one of {', '.join(map(str, allowed))} kbps, got {bitrate:g}",
-                         code="invalid_option")
+        raise BadRequest(
+            f"bitrate{at} must be one of {', '.join(map(str, allowed))} kbps, got {bitrate:g}", code="invalid_option"
+        )
     return int(bitrate)
 
 

@@ -28,28 +28,30 @@ Each stage is one task; each link is a queue, and the backpressure is the queues
 
 The first segment makes no extra wait: each hop hands on a single item as soon as it exists.
 """
+
 from __future__ import annotations
 
 import asyncio
 import collections
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, TypeAlias
+from typing import Any, TypeAlias
 
 from ..audio.encoders import Encoder
+from ..audio.payloads import Packetizer
 from ..audio.resample import reply_encoder
-from .budget import Verdict
 from ..config import Settings
 from ..errors import GatewayError, NothingToSpeak
+from ..kokoro.timestamps import WordTimes
+from .budget import Verdict
 from .heard import Transcript
 from .listener import Listener
 from .membership import BudgetMember
 from .options import StreamOptions
-from ..audio.payloads import Packetizer
 from .segmenter import Segmenter
 from .synthesis import SynthesisHub
-from ..kokoro.timestamps import WordTimes
 
 log = logging.getLogger(__name__)
 
@@ -81,16 +83,33 @@ def error_event(exc: BaseException) -> Event:
 class Pipeline(BudgetMember):
     """One reply. ``feed``/``flush``/``end`` put text in; its events come out of ``out``."""
 
-    def __init__(self, hub: SynthesisHub, settings: Settings, options: StreamOptions,
-                 out: asyncio.Queue[Event], *, requested: str | None, live: bool = True,
-                 encoder: Callable[[], Encoder] | None = None) -> None:
+    def __init__(
+        self,
+        hub: SynthesisHub,
+        settings: Settings,
+        options: StreamOptions,
+        out: asyncio.Queue[Event],
+        *,
+        requested: str | None,
+        live: bool = True,
+        encoder: Callable[[], Encoder] | None = None,
+    ) -> None:
         s, o = settings, options
         self.hub, self.settings, self.options, self.out = hub, settings, options, out
         self.sample_rate = hub.engine.sample_rate
-        self.segmenter = Segmenter(first_clause_words=s.first_clause_words if o.first_clause else 0,
-                                   max_chars=s.max_segment_chars)
-        self.listener = Listener(hub.engine_rate, s, o, requested=requested, sample_rate=self.sample_rate, live=live,
-                                 budget=hub.budget if live else None, clock=hub.clock)
+        self.segmenter = Segmenter(
+            first_clause_words=s.first_clause_words if o.first_clause else 0, max_chars=s.max_segment_chars
+        )
+        self.listener = Listener(
+            hub.engine_rate,
+            s,
+            o,
+            requested=requested,
+            sample_rate=self.sample_rate,
+            live=live,
+            budget=hub.budget if live else None,
+            clock=hub.clock,
+        )
         self.listener.more = lambda: bool(self.pending)
         self.verdict: Verdict | None = None  # the real-time budget's, for a reply that opens a session
         self.current: str | None = None  # the segment being synthesized
@@ -99,10 +118,19 @@ class Pipeline(BudgetMember):
         self.pending: collections.deque[str] = collections.deque()  # in `texts`, for the forecast
         self.ready: asyncio.Queue[SegmentQueue | None] = asyncio.Queue(maxsize=max(1, s.lookahead))
         # the engine's rate in, the client's out (resampled); the timeline stays at the engine's
-        self.encoder = encoder() if encoder else reply_encoder(
-            o.format, in_rate=self.sample_rate, out_rate=o.sample_rate or self.sample_rate, bitrate=o.bitrate)
-        self.packer = Packetizer(o.format, chunk_bytes=o.chunk_bytes, frames_per_payload=s.frames_per_payload,
-                                 sample_rate=self.encoder.sample_rate)
+        self.encoder = (
+            encoder()
+            if encoder
+            else reply_encoder(
+                o.format, in_rate=self.sample_rate, out_rate=o.sample_rate or self.sample_rate, bitrate=o.bitrate
+            )
+        )
+        self.packer = Packetizer(
+            o.format,
+            chunk_bytes=o.chunk_bytes,
+            frames_per_payload=s.frames_per_payload,
+            sample_rate=self.encoder.sample_rate,
+        )
         self.lead_in = getattr(self.encoder, "delay_samples", 0)  # heard before the first sample
         self.transcript = Transcript()  # what the reply said, when; what the listener heard
         self.encoded = 0  # samples given to the encoder so far: the reply's timeline
@@ -112,8 +140,10 @@ class Pipeline(BudgetMember):
         self.stats = {"sentences": 0, "audio_bytes": 0, "payloads": 0}
         self.ttfb_ms: float | None = None
         self.first_segment_ms: float | None = None
-        self.tasks: list[asyncio.Task[None]] = [asyncio.create_task(self._synthesis_stage()),
-                                                asyncio.create_task(self._encoder_stage())]
+        self.tasks: list[asyncio.Task[None]] = [
+            asyncio.create_task(self._synthesis_stage()),
+            asyncio.create_task(self._encoder_stage()),
+        ]
 
     # -- input: the segmenter -------------------------------------------------------------
     def feed(self, text: str) -> None:
@@ -180,11 +210,19 @@ class Pipeline(BudgetMember):
         o, listener = self.options, self.listener
         mode = listener.mode_for(text)
         preroll = listener.preroll_ms(self._forecast_texts(text), mode, complete=index == 0 and self.ended)
-        segment.put_nowait(Event("sentence", {"index": index, "text": text, "t_ms": self.elapsed_ms(),
-                                              "preroll_ms": preroll}))
-        synth = self.hub.synthesize(text, voice=o.voice, speed=o.speed, mode=mode,
-                                    requested_mode=listener.requested or "", buffered_s=listener.buffered_s(),
-                                    share=o.cache, slot=(listener.deadline(), listener))
+        segment.put_nowait(
+            Event("sentence", {"index": index, "text": text, "t_ms": self.elapsed_ms(), "preroll_ms": preroll})
+        )
+        synth = self.hub.synthesize(
+            text,
+            voice=o.voice,
+            speed=o.speed,
+            mode=mode,
+            requested_mode=listener.requested or "",
+            buffered_s=listener.buffered_s(),
+            share=o.cache,
+            slot=(listener.deadline(), listener),
+        )
         made = 0
         async with contextlib.aclosing(synth) as chunks:
             async for pcm in chunks:
@@ -235,8 +273,9 @@ class Pipeline(BudgetMember):
             index += 1
             self.segments_done = index
         if not self.listener.samples:  # never a reply that ends without a sound
-            await self.out.put(error_event(NothingToSpeak(
-                "nothing to speak: the text has no letter or digit the voice can read")))
+            await self.out.put(
+                error_event(NothingToSpeak("nothing to speak: the text has no letter or digit the voice can read"))
+            )
             return
         await self._emit(self.packer.push(self.encoder.flush()) + self.packer.flush(), max(0, index - 1))
         self.stats["sentences"] = index
@@ -276,9 +315,15 @@ class Pipeline(BudgetMember):
 
     def _done_fields(self) -> dict[str, Any]:
         st = self.stats
-        return {"sentences": st["sentences"], "audio_ms": round(self.listener.samples / self.sample_rate * 1000, 1),
-                "audio_bytes": st["audio_bytes"], "payloads": st["payloads"], "ttfb_ms": self.ttfb_ms,
-                "first_segment_ms": self.first_segment_ms, "total_ms": self.elapsed_ms()}
+        return {
+            "sentences": st["sentences"],
+            "audio_ms": round(self.listener.samples / self.sample_rate * 1000, 1),
+            "audio_bytes": st["audio_bytes"],
+            "payloads": st["payloads"],
+            "ttfb_ms": self.ttfb_ms,
+            "first_segment_ms": self.first_segment_ms,
+            "total_ms": self.elapsed_ms(),
+        }
 
     async def stop(self, *, but: asyncio.Task[Any] | None = None) -> None:
         """Stop every stage (the hub stops an engine call nobody else follows); ``but``: a

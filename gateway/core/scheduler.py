@@ -10,6 +10,7 @@ makes anyone wait, so for them this is a pass-through.
 What is running and what waits (each with its forecast work) is what ``budget.py`` reads to
 forecast the engine's load and a new session's start.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -17,9 +18,8 @@ import contextlib
 import heapq
 import itertools
 import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Callable
-
 
 HOLD_S = 0.05  # the longest a freed slot waits for its last holder's next call
 

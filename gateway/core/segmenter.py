@@ -39,6 +39,7 @@ Pieces are stripped; text with no letter or digit (``...``, ``---``, ``**``, emo
 piece of its own: it is merged into the following piece, and dropped only when nothing follows
 it (at ``flush``) or when more than ``max_chars`` of it stand alone. Markup is kept: it only cuts.
 """
+
 from __future__ import annotations
 
 import re

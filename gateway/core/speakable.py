@@ -5,6 +5,7 @@ no speech (an engine answers them with silence or nothing at all). Text without 
 digit is therefore refused before synthesis (``nothing_to_speak``) rather than answered with
 an empty reply, and the segmenter never makes a piece of it.
 """
+
 from __future__ import annotations
 
 import re

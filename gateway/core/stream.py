@@ -10,21 +10,23 @@ The engine is reached through the ``SynthesisHub`` (``synthesis.py``): identical
 one synthesis, repeats come from its cache, and every call feeds the engine's live rate from which
 each segment's vocoder mode, the look-ahead and the ``preroll_ms`` sent to players are sized.
 """
+
 from __future__ import annotations
 
 import asyncio
 import math
 import uuid
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from ..agent import Agent, AgentError
-from .conversation import AGENT_CODES, Conversation, Turn
-from .budget import ADMIT, Verdict, planned, share_key
 from ..config import Settings
 from ..engines.base import Engine
 from ..errors import BadRequest, Overloaded
-from .listener import preroll_ms
 from ..metrics import Metrics
+from .budget import ADMIT, Verdict, planned, share_key
+from .conversation import AGENT_CODES, Conversation, Turn
+from .listener import preroll_ms
 from .options import StreamOptions
 from .pipeline import OUT_EVENTS, Event, Pipeline
 from .segmenter import split_text
@@ -67,8 +69,13 @@ class StreamSession:
 
     def _texts(self) -> list[str]:
         o, s = self.options, self.settings
-        return split_text(o.text, first_clause_words=s.first_clause_words if o.first_clause else 0,
-                          max_chars=s.max_segment_chars) if o.text.strip() else []
+        return (
+            split_text(
+                o.text, first_clause_words=s.first_clause_words if o.first_clause else 0, max_chars=s.max_segment_chars
+            )
+            if o.text.strip()
+            else []
+        )
 
     def admit(self) -> None:
         """The engine's real-time budget on this session (``budget.py``): admitted now, queued
@@ -195,8 +202,7 @@ class StreamSession:
         if turn is not None:
             turn.cancel(heard)
         self._next_reply()
-        self.out.put_nowait(Event("cancelled", {"t_ms": old.elapsed_ms(), "played_ms": played_ms,
-                                                "heard_text": heard}))
+        self.out.put_nowait(Event("cancelled", {"t_ms": old.elapsed_ms(), "played_ms": played_ms, "heard_text": heard}))
         if self.closing:
             self.out.put_nowait(_CLOSE)
 

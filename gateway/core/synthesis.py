@@ -24,6 +24,7 @@ An engine that declares ``timestamps`` is always asked for them (they cost nothi
 items are PCM chunks and, before the audio each describes, ``WordTimes``; both are shared and
 cached alike.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -31,17 +32,18 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from typing import AsyncGenerator, AsyncIterator, Callable, Protocol
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Protocol
 
-from .budget import Budget
 from ..config import Settings
 from ..engines.base import Engine
 from ..errors import EngineTimeout
-from ..metrics import Metrics
-from .scheduler import EngineScheduler
-from .engine_rate import EngineRate
-from ..kokoro.vocoder.modes import VocoderMode
 from ..kokoro.timestamps import WordTimes
+from ..kokoro.vocoder.modes import VocoderMode
+from ..metrics import Metrics
+from .budget import Budget
+from .engine_rate import EngineRate
+from .scheduler import EngineScheduler
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +63,17 @@ class ItemStream(Protocol):
 class Flight:
     """One engine call: its chunks so far, its end (or error), and who follows it."""
 
-    def __init__(self, hub: "SynthesisHub", key: Key | None, text: str, voice: str, speed: float,
-                 mode: str | None, buffered_s: float, slot: tuple[float, object | None] | None = None) -> None:
+    def __init__(
+        self,
+        hub: SynthesisHub,
+        key: Key | None,
+        text: str,
+        voice: str,
+        speed: float,
+        mode: str | None,
+        buffered_s: float,
+        slot: tuple[float, object | None] | None = None,
+    ) -> None:
         self.hub, self.key = hub, key
         self.chunks: list[Item] = []
         self.samples = 0
@@ -76,8 +87,17 @@ class Flight:
         work = hub.engine_rate.predict(mode, hub.engine_rate.audio_s(text, speed))
         self.task = asyncio.create_task(self._scheduled(text, voice, speed, mode, buffered_s, deadline, work, owner))
 
-    async def _scheduled(self, text: str, voice: str, speed: float, mode: str | None, buffered_s: float,
-                         deadline: float, work: float, owner: object | None) -> None:
+    async def _scheduled(
+        self,
+        text: str,
+        voice: str,
+        speed: float,
+        mode: str | None,
+        buffered_s: float,
+        deadline: float,
+        work: float,
+        owner: object | None,
+    ) -> None:
         try:
             async with self.hub.scheduler.slot(deadline, work, owner) as call:
                 self._progress = self._loop.time()  # the watchdog counts from the engine's start
@@ -101,8 +121,7 @@ class Flight:
         self._arm()
         try:
             extra = {"timestamps": True} if hub.engine.capabilities.timestamps else {}
-            synth = hub.engine.synthesize(text, voice=voice, speed=speed, vocoder=mode, buffered_s=buffered_s,
-                                          **extra)
+            synth = hub.engine.synthesize(text, voice=voice, speed=speed, vocoder=mode, buffered_s=buffered_s, **extra)
             async with contextlib.aclosing(synth) as chunks:
                 async for pcm in chunks:
                     self.chunks.append(pcm)
@@ -115,8 +134,9 @@ class Flight:
                     self._wake()
             wall = clock() - started
             audio_s = self.samples / hub.engine.sample_rate
-            hub.engine_rate.observe(mode, audio_s, wall, first if first is not None else wall,
-                                    chars=len(text.strip()), speed=speed)
+            hub.engine_rate.observe(
+                mode, audio_s, wall, first if first is not None else wall, chars=len(text.strip()), speed=speed
+            )
             if m:
                 m.rtf.labels(mode or "default").set(hub.engine_rate.rtf(mode))
             hub.finished(self)
@@ -153,7 +173,7 @@ class Flight:
         for event in self.followers:
             event.set()
 
-    def follow(self) -> "Follower":
+    def follow(self) -> Follower:
         """A follower, counted from now (not from its first read), so that the flight goes on
         for a session that joined it but has not started reading when the others leave."""
         return Follower(self)
@@ -179,7 +199,7 @@ class Follower:
         self.closed = False
         flight.followers.add(self.event)
 
-    def __aiter__(self) -> "Follower":
+    def __aiter__(self) -> Follower:
         return self
 
     async def __anext__(self) -> Item:
@@ -206,9 +226,17 @@ class Follower:
 class SynthesisHub:
     """The one place that calls the engine for streaming sessions: flights, cache, the engine's rate."""
 
-    def __init__(self, engine: Engine, *, cache_mb: float = 0.0, timeout_s: float = 30.0,
-                 metrics: Metrics | None = None, engine_rate: EngineRate | None = None,
-                 settings: Settings | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        cache_mb: float = 0.0,
+        timeout_s: float = 30.0,
+        metrics: Metrics | None = None,
+        engine_rate: EngineRate | None = None,
+        settings: Settings | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         self.engine, self.metrics, self.timeout_s = engine, metrics, timeout_s
         self.clock = clock  # every schedule's clock (a test's virtual time: tests/support/virtual_time.py)
         self.engine_rate = engine_rate or EngineRate()
@@ -219,17 +247,30 @@ class SynthesisHub:
         self.cache_bytes = 0
         self.flights: dict[Key, Flight] = {}
 
-    def synthesize(self, text: str, *, voice: str, speed: float, mode: str | None = None,
-                   requested_mode: str | None = None, buffered_s: float = 0.0,
-                   share: bool = True, slot: tuple[float, object | None] | None = None) -> ItemStream:
+    def synthesize(
+        self,
+        text: str,
+        *,
+        voice: str,
+        speed: float,
+        mode: str | None = None,
+        requested_mode: str | None = None,
+        buffered_s: float = 0.0,
+        share: bool = True,
+        slot: tuple[float, object | None] | None = None,
+    ) -> ItemStream:
         """PCM chunks for ``text`` (and ``WordTimes`` before them, where the engine gives them).
         ``mode`` goes to the engine (the listener's pick for this segment); ``requested_mode``
         (default ``mode``) is the mode the request asked for, which identical requests share on.
         ``slot``: (deadline, listener) for the engine's queue (default: due now, nobody's)."""
         if not share:
             return Flight(self, None, text, voice, speed, mode, buffered_s, slot).follow()
-        key: Key = (voice, round(speed, 3), requested_mode if requested_mode is not None else (mode or ""),
-                    " ".join(text.split()))
+        key: Key = (
+            voice,
+            round(speed, 3),
+            requested_mode if requested_mode is not None else (mode or ""),
+            " ".join(text.split()),
+        )
         if (entry := self.cache.get(key)) is not None:
             self.cache.move_to_end(key)
             self._count("hit")
@@ -260,8 +301,12 @@ class SynthesisHub:
             except Exception as exc:
                 log.warning("rate warm-up failed (%s); the first requests assume real time", exc)
                 return
-            log.info("engine rate measured in %.2f s%s: RTF %.3f", time.perf_counter() - t0,
-                     f" ({mode})" if mode else "", self.engine_rate.rtf(mode))
+            log.info(
+                "engine rate measured in %.2f s%s: RTF %.3f",
+                time.perf_counter() - t0,
+                f" ({mode})" if mode else "",
+                self.engine_rate.rtf(mode),
+            )
 
     def _count(self, outcome: str) -> None:
         if self.metrics is not None:

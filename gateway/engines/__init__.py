@@ -1,4 +1,5 @@
 """Engines by import string, so choosing one never imports the others (or their heavy deps)."""
+
 from __future__ import annotations
 
 import importlib

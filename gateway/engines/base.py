@@ -17,12 +17,14 @@ What an engine can do (voices, speeds, vocoder modes, ...) it declares once, in 
 ``capabilities``; request options are checked against that declaration in one place
 (``gateway.core.options``), so ``synthesize`` takes its arguments as given.
 """
+
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, fields
-from typing import Any, AsyncGenerator, Callable, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ..errors import BadRequest, EngineError, NotReady
 from ..kokoro.timestamps import WordTimes
@@ -126,8 +128,16 @@ class Engine(Protocol):
         streaming vocoder after start); True once streaming inside a segment is available."""
         ...
 
-    def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
-                   buffered_s: float = 0.0, timestamps: bool = False) -> AsyncGenerator[bytes | WordTimes, None]:
+    def synthesize(
+        self,
+        text: str,
+        *,
+        voice: str,
+        speed: float,
+        vocoder: str | None = None,
+        buffered_s: float = 0.0,
+        timestamps: bool = False,
+    ) -> AsyncGenerator[bytes | WordTimes, None]:
         """Yield s16le mono PCM chunks for ``text``. Raise ``EngineError`` on failure.
 
         The arguments are taken as given: ``gateway.core.options`` checked them against

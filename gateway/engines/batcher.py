@@ -15,14 +15,16 @@ job's caller awaits its own result:
   job alone (such as non-finite audio); if the batch function itself raises, every caller in
   that batch gets an ``EngineError`` of its own that says so.
 """
+
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
 import contextlib
 import logging
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Iterator, Sequence, TypeVar
+from typing import Any, Generic, TypeVar
 
 from ..errors import EngineError, GatewayError, NotReady
 
@@ -48,9 +50,10 @@ class BatchStats:
     largest: int = 0
     dropped: int = 0  # jobs whose callers left before their batch ran
 
-    def after(self, size: int, dropped: int) -> "BatchStats":
-        return BatchStats(self.batches + (size > 0), self.segments + size, max(self.largest, size),
-                          self.dropped + dropped)
+    def after(self, size: int, dropped: int) -> BatchStats:
+        return BatchStats(
+            self.batches + (size > 0), self.segments + size, max(self.largest, size), self.dropped + dropped
+        )
 
 
 @dataclass(slots=True)
@@ -64,9 +67,15 @@ class MicroBatcher(Generic[J, R]):
     """Collects jobs and runs ``run_batch(jobs) -> [result or exception per job]`` on
     ``executor``, one batch at a time."""
 
-    def __init__(self, run_batch: Callable[[list[J]], Sequence[R | BaseException]],
-                 executor: concurrent.futures.Executor, *, max_batch: int, window_s: float,
-                 name: str = "engine") -> None:
+    def __init__(
+        self,
+        run_batch: Callable[[list[J]], Sequence[R | BaseException]],
+        executor: concurrent.futures.Executor,
+        *,
+        max_batch: int,
+        window_s: float,
+        name: str = "engine",
+    ) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self.run_batch, self.executor, self.name = run_batch, executor, name
@@ -178,7 +187,8 @@ class MicroBatcher(Generic[J, R]):
                 error: Exception = NotReady(exc.message)
             else:
                 code = exc.code if isinstance(exc, GatewayError) else "engine_error"
-                error = EngineError(f"a batch of {len(live)} segments on the {self.name} engine failed: {exc}",
-                                    code=code)
+                error = EngineError(
+                    f"a batch of {len(live)} segments on the {self.name} engine failed: {exc}", code=code
+                )
             error.__cause__ = exc
             w.future.set_exception(error)

@@ -19,6 +19,7 @@ No protocol flag asks for them: the container sends ``words {sentence, words: [{
 end_ms}]}`` before each sentence's audio whenever its engine has them (ms from the reply's,
 here the segment's, first sample); they become ``WordTimes`` when asked for, else are dropped.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -26,8 +27,9 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
-from typing import Any, AsyncGenerator
+from typing import Any
 
 import aiohttp
 from yarl import URL
@@ -35,8 +37,8 @@ from yarl import URL
 from ..config import Settings, section
 from ..errors import CLIENT_CODES, BadRequest, EngineError, EngineTimeout, GatewayError, NotReady
 from ..kokoro.timestamps import WordTimes, words_event
-from .base import EngineBase, Voice
 from ..kokoro.vocoder.modes import DEFAULT as DEFAULT_MODE
+from .base import EngineBase, Voice
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +89,11 @@ class SocketPool:
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT_S):  # TCP connect and the upgrade together
                 ws = await self._http.ws_connect(
-                    self.url, timeout=aiohttp.ClientWSTimeout(ws_close=CLOSE_TIMEOUT_S),
-                    autoping=True, compress=0, max_msg_size=0,
+                    self.url,
+                    timeout=aiohttp.ClientWSTimeout(ws_close=CLOSE_TIMEOUT_S),
+                    autoping=True,
+                    compress=0,
+                    max_msg_size=0,
                 )
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise LostSocket(f"cannot connect to {self.url}: {str(exc) or type(exc).__name__}") from exc
@@ -165,8 +170,10 @@ class ContainerEngine(EngineBase):
             return
         # limit=0: aiohttp's default of 100 connections would queue stream 101 behind the pool,
         # and the connect timeout would then fail it as unavailable
-        http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
-                                     timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S))
+        http = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S),
+        )
         try:
             body = await self._fetch_voices(http)
         except BaseException:
@@ -179,14 +186,22 @@ class ContainerEngine(EngineBase):
 
     def _declare(self, body: dict[str, Any]) -> None:
         """What the container's ``/v1/voices`` says its engine can do, as this engine's own."""
-        voices = tuple(Voice(**{k: v[k] for k in ("id", "language", "gender", "description", "default") if k in v})
-                       for v in body["voices"])
+        voices = tuple(
+            Voice(**{k: v[k] for k in ("id", "language", "gender", "description", "default") if k in v})
+            for v in body["voices"]
+        )
         modes = tuple(str(m) for m in body.get("vocoder_modes") or ())
         # the container's default mode where it names one, else its streaming default
-        default_mode = body.get("default_vocoder") or (DEFAULT_MODE if DEFAULT_MODE in modes
-                                                       else (modes[0] if modes else None))
-        self.declare(voices=voices, default_voice=str(body.get("default") or (voices[0].id if voices else "")),
-                     vocoder_modes=modes, default_vocoder=default_mode, timestamps=bool(body.get("timestamps")))
+        default_mode = body.get("default_vocoder") or (
+            DEFAULT_MODE if DEFAULT_MODE in modes else (modes[0] if modes else None)
+        )
+        self.declare(
+            voices=voices,
+            default_voice=str(body.get("default") or (voices[0].id if voices else "")),
+            vocoder_modes=modes,
+            default_vocoder=default_mode,
+            timestamps=bool(body.get("timestamps")),
+        )
 
     async def _fetch_voices(self, http: aiohttp.ClientSession) -> dict[str, Any]:
         """Wait for the container's ``/ping`` (its engine loaded), then ``GET /v1/voices``."""
@@ -196,8 +211,10 @@ class ContainerEngine(EngineBase):
             try:
                 ping = await self._get(http, "ping")
                 if ping.get("status") == "failed":  # final: retrying cannot load it
-                    raise EngineError(f"the container at {self.base} failed to load its engine: "
-                                      f"{ping.get('error')}", code="engine_load")
+                    raise EngineError(
+                        f"the container at {self.base} failed to load its engine: {ping.get('error')}",
+                        code="engine_load",
+                    )
                 if ping.get("status") == "ok":
                     body = await self._get(http, "v1", "voices")
                     if isinstance(body.get("voices"), list):
@@ -206,8 +223,9 @@ class ContainerEngine(EngineBase):
             except (aiohttp.ClientError, OSError, ValueError) as exc:
                 problem = str(exc) or type(exc).__name__
             if loop.time() > deadline:
-                raise EngineError(f"container at {self.base} not ready after {START_TIMEOUT_S:g} s: {problem}",
-                                  code="engine_load")
+                raise EngineError(
+                    f"container at {self.base} not ready after {START_TIMEOUT_S:g} s: {problem}", code="engine_load"
+                )
             log.info("waiting for the container at %s (%s)", self.base, problem)
             await asyncio.sleep(1.0)
 
@@ -230,8 +248,16 @@ class ContainerEngine(EngineBase):
         if http is not None:
             await http.close()
 
-    async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
-                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncGenerator[bytes | WordTimes, None]:
+    async def synthesize(
+        self,
+        text: str,
+        *,
+        voice: str,
+        speed: float,
+        vocoder: str | None = None,
+        buffered_s: float = 0.0,
+        timestamps: bool = False,
+    ) -> AsyncGenerator[bytes | WordTimes, None]:
         """Yield the container's PCM for ``text`` (with ``timestamps``, its ``words`` events as
         ``WordTimes`` before the audio); one retry on a fresh socket before anything came."""
         self.require(self._http)
@@ -252,17 +278,33 @@ class ContainerEngine(EngineBase):
                 self.retries += 1
                 await self.pool.clear()  # the others are likely as stale (a restarted container)
 
-    async def _segment(self, text: str, voice: str, speed: float, vocoder: str | None, buffered_s: float,
-                       timestamps: bool, *, fresh: bool) -> AsyncGenerator[bytes | WordTimes, None]:
+    async def _segment(
+        self,
+        text: str,
+        voice: str,
+        speed: float,
+        vocoder: str | None,
+        buffered_s: float,
+        timestamps: bool,
+        *,
+        fresh: bool,
+    ) -> AsyncGenerator[bytes | WordTimes, None]:
         ws = await self.pool.acquire(fresh=fresh)
         done = False
         try:
             # the listener's buffer travels too: the container's engine then streams inside the
             # segment only when someone is waiting for it (and in the mode asked for). The text
             # is one segment already: the container must not cut its first clause off again
-            start = {"type": "start", "format": "pcm", "voice": voice, "speed": speed, "first_clause": False,
-                     "buffered_s": round(max(0.0, buffered_s), 3),
-                     **({"vocoder": vocoder} if vocoder else {}), **({} if self.options.cache else {"cache": False})}
+            start = {
+                "type": "start",
+                "format": "pcm",
+                "voice": voice,
+                "speed": speed,
+                "first_clause": False,
+                "buffered_s": round(max(0.0, buffered_s), 3),
+                **({"vocoder": vocoder} if vocoder else {}),
+                **({} if self.options.cache else {"cache": False}),
+            }
             try:
                 for message in (start, {"type": "text", "text": text}, {"type": "end"}):
                     await ws.send_str(json.dumps(message))

@@ -11,6 +11,7 @@ thread of its own from the moment the model is loaded (``embedded_vocoder.Vocode
 beside the engine's first call; until a voice is ready its segments use the whole model, so
 the engine's start never waits for it (the gateway's ``startup_before_ready`` does).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -19,29 +20,37 @@ import functools
 import logging
 import threading
 import time
+from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, AsyncGenerator, Callable, Iterator, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
-from ..kokoro import voicecatalog
 from ..config import Settings, section
 from ..errors import BadRequest, EngineError, NotReady
+from ..kokoro import voicecatalog
 from ..kokoro.floatgraph import check_precision
 from ..kokoro.floatgraph.runtime import check_provider
 from ..kokoro.g2p import ROUTES
+from ..kokoro.onnx_model import MODEL_PARTS, KokoroModel, LoadReport, load_model_bytes
+from ..kokoro.onnx_sessions import release_freed_memory
 from ..kokoro.parts import (
-    MAX_TOKENS, SAMPLE_RATE, Rendered, describe_voices, load_voice_packs, split_phonemes, to_pcm16, trim_silence,
+    MAX_TOKENS,
+    SAMPLE_RATE,
+    Rendered,
+    describe_voices,
+    load_voice_packs,
+    split_phonemes,
+    to_pcm16,
+    trim_silence,
     voice_order,
 )
-from ..kokoro.onnx_sessions import release_freed_memory
 from ..kokoro.timestamps import SegmentWords, WordTimes
 from ..kokoro.vocoder.chunked import FRAME
 from ..kokoro.vocoder.modes import MODES as VOCODER_MODES
 from ..kokoro.vocoder.modes import VocoderMode
 from .base import EngineBase
 from .embedded_vocoder import VocoderHost
-from ..kokoro.onnx_model import MODEL_PARTS, KokoroModel, LoadReport, load_model_bytes
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -49,8 +58,17 @@ T = TypeVar("T")
 # back (``onnx_sessions.release_freed_memory``); a reply's calls come closer together than this
 IDLE_RELEASE_S = 3.0
 # tools and tests reach the model's pieces through this module too
-__all__ = ["EmbeddedEngine", "EmbeddedSettings", "LoadReport", "MAX_TOKENS", "MODEL_PARTS",
-           "load_model_bytes", "load_voice_packs", "split_phonemes", "trim_silence"]
+__all__ = [
+    "EmbeddedEngine",
+    "EmbeddedSettings",
+    "LoadReport",
+    "MAX_TOKENS",
+    "MODEL_PARTS",
+    "load_model_bytes",
+    "load_voice_packs",
+    "split_phonemes",
+    "trim_silence",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +81,7 @@ class EmbeddedSettings:
     vocoder: str  # frozen-first, frozen, exact, or off
     vocoder_cache: str
     vocoder_exact_below_s: float
+    vocoder_batch_rest: bool
     precision: str  # int8 (as shipped), fp32 or fp16: gateway.kokoro.floatgraph
     provider: str  # cpu or cuda (onnxruntime-gpu)
 
@@ -97,13 +116,20 @@ class EmbeddedEngine(EngineBase):
                 raise ValueError(f"default_voice {settings.default_voice!r}: {exc.message}") from None
         o = self.options
         streams = o.vocoder != "off"
-        self.declare(voices=describe_voices(sorted(ids, key=voice_order), default), default_voice=default,
-                     blends=True, vocoder_modes=VOCODER_MODES if streams else (),
-                     default_vocoder=o.vocoder if streams else None,
-                     exact_below_s=o.vocoder_exact_below_s, timestamps=True)
+        self.declare(
+            voices=describe_voices(sorted(ids, key=voice_order), default),
+            default_voice=default,
+            blends=True,
+            vocoder_modes=VOCODER_MODES if streams else (),
+            default_vocoder=o.vocoder if streams else None,
+            exact_below_s=o.vocoder_exact_below_s,
+            timestamps=True,
+        )
         self.max_concurrency = o.workers
         self.load_report: LoadReport | None = None
-        self.host = VocoderHost(o.vocoder, o.vocoder_exact_below_s, o.threads, o.vocoder_cache)
+        self.host = VocoderHost(
+            o.vocoder, o.vocoder_exact_below_s, o.threads, o.vocoder_cache, batch_rest=o.vocoder_batch_rest
+        )
         self._model: KokoroModel | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._slots: asyncio.Semaphore | None = None
@@ -167,9 +193,15 @@ class EmbeddedEngine(EngineBase):
             pass
         self.load_report = LoadReport(model.model_s, model.g2p_s, time.perf_counter() - t0, model.load_s)
         release_freed_memory()  # the model's bytes and parsed graph, freed by now
-        log.info("embedded engine ready in %.2f s (model %.2f s and G2P %s %.2f s side by side: %.2f s, "
-                 "warm-up %.2f s)", self.load_report.total_s, model.model_s, o.g2p, model.g2p_s, model.load_s,
-                 self.load_report.warmup_s)
+        log.info(
+            "embedded engine ready in %.2f s (model %.2f s and G2P %s %.2f s side by side: %.2f s, warm-up %.2f s)",
+            self.load_report.total_s,
+            model.model_s,
+            o.g2p,
+            model.g2p_s,
+            model.load_s,
+            self.load_report.warmup_s,
+        )
 
     async def aclose(self) -> None:
         executor, self._executor, self._model = self._executor, None, None
@@ -185,8 +217,16 @@ class EmbeddedEngine(EngineBase):
         model = self.require(self._model)
         return await self._run(lambda: model.phonemes(text, voice or self.default_voice), "G2P")
 
-    async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
-                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncGenerator[bytes | WordTimes, None]:
+    async def synthesize(
+        self,
+        text: str,
+        *,
+        voice: str,
+        speed: float,
+        vocoder: str | None = None,
+        buffered_s: float = 0.0,
+        timestamps: bool = False,
+    ) -> AsyncGenerator[bytes | WordTimes, None]:
         """Yield s16le PCM for ``text``: per piece of at most ``MAX_TOKENS`` phonemes with the
         whole model, or per vocoder chunk when streaming inside the segment.
 

@@ -5,6 +5,7 @@ splits the model into encoder and vocoder and calibrates the default voice (cach
 other voices are calibrated on first use. Until a voice is ready its segments use the whole
 model, so the engine's start never waits for it.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -12,15 +13,16 @@ import concurrent.futures
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..kokoro.floatgraph import graph_bytes
+from ..kokoro.onnx_model import KokoroModel, load_model_bytes, shipped_sha256
 from ..kokoro.onnx_sessions import release_freed_memory
 from ..kokoro.vocoder import Policy, StreamingVocoder, default_cache_dir
 from ..kokoro.vocoder.calibrate import Stopped
 from ..kokoro.vocoder.chunked import FRAME_S
-from ..kokoro.onnx_model import KokoroModel, load_model_bytes, shipped_sha256
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +30,9 @@ log = logging.getLogger(__name__)
 class VocoderHost:
     """The ``StreamingVocoder`` of one embedded engine: its build, calibrations and state."""
 
-    def __init__(self, mode: str, exact_below_s: float, threads: int, cache_dir: str) -> None:
+    def __init__(self, mode: str, exact_below_s: float, threads: int, cache_dir: str, batch_rest: bool = True) -> None:
         self.mode, self.exact_below_s, self.threads = mode, exact_below_s, threads
+        self.batch_rest = batch_rest
         self.cache_dir = Path(cache_dir) if cache_dir else None
         self.vocoder: StreamingVocoder | None = None
         self.state = "off" if mode == "off" else "waiting for start"
@@ -43,9 +46,14 @@ class VocoderHost:
     def status(self) -> dict[str, Any]:
         """For /readyz: the configured mode, the build's state, the voices it can stream."""
         vocoder = self.vocoder
-        return {"mode": self.mode, "state": self.state, "build_s": self.build_s,
-                "exact_below_s": self.exact_below_s,
-                "voices": sorted(vocoder.voices) if vocoder is not None else []}
+        return {
+            "mode": self.mode,
+            "state": self.state,
+            "build_s": self.build_s,
+            "exact_below_s": self.exact_below_s,
+            "batch_rest": self.batch_rest,
+            "voices": sorted(vocoder.voices) if vocoder is not None else [],
+        }
 
     def start(self, model: KokoroModel, voice: str) -> None:
         """Build in the background for ``model``, calibrating ``voice`` first."""
@@ -83,8 +91,11 @@ class VocoderHost:
         if voice in vocoder.voices:
             return vocoder
         if voice not in self._tasks and self._pool is not None:
-            log.info("preparing the streaming vocoder for %s in the background (cached "
-                     "statistics, or a calibration of about 12 s)", voice)
+            log.info(
+                "preparing the streaming vocoder for %s in the background (cached "
+                "statistics, or a calibration of about 12 s)",
+                voice,
+            )
             self._tasks[voice] = self._in_pool(voice, vocoder.add_voice, voice, model.style(voice))
         return None
 
@@ -110,11 +121,18 @@ class VocoderHost:
         t0 = time.perf_counter()
         # the graph the engine runs (int8 as shipped, or a float one), cut by the same names
         graph, sha256 = graph_bytes(model.precision, load_model_bytes, shipped_sha256())
+        policy = Policy(exact_below=round(self.exact_below_s / FRAME_S), batch_rest=self.batch_rest)
         vocoder = StreamingVocoder.build(
-            graph, {voice: model.style(voice)}, threads=self.threads,
-            vocab=model.vocab, stop=self._stop, policy=Policy(exact_below=round(self.exact_below_s / FRAME_S)),
+            graph,
+            {voice: model.style(voice)},
+            threads=self.threads,
+            vocab=model.vocab,
+            stop=self._stop,
+            policy=policy,
             sha256=sha256,  # graph_bytes() checked the bytes against it
-            cache_dir=self.cache_dir or default_cache_dir(), provider=model.provider, weights=model.weights,
+            cache_dir=self.cache_dir or default_cache_dir(),
+            provider=model.provider,
+            weights=model.weights,
         )
         del graph
         release_freed_memory()  # the parsed and cut graphs (a few hundred MB, freed by now)

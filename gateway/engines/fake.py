@@ -11,14 +11,15 @@ chunk, until that file exists. A test (even one whose gateway is another process
 reply's last segment back, sees its first audio arrive, then creates the file: an event-order
 proof of streaming that no timing threshold can give.
 """
+
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import os
 import zlib
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
-from typing import AsyncGenerator
 
 import numpy as np
 
@@ -66,10 +67,14 @@ class FakeEngine(EngineBase):
         if self.options.workers > 0:  # one engine shared by every call, like a real model
             self.max_concurrency = self.options.workers
         self._workers: asyncio.Semaphore | None = None
-        self.declare(voices=(
-            Voice("tone_a", "en-US", "neutral", "fake 220-440 Hz tones", default=True),
-            Voice("tone_b", "en-US", "neutral", "fake 330-660 Hz tones"),
-        ), default_voice="tone_a", timestamps=True)
+        self.declare(
+            voices=(
+                Voice("tone_a", "en-US", "neutral", "fake 220-440 Hz tones", default=True),
+                Voice("tone_b", "en-US", "neutral", "fake 330-660 Hz tones"),
+            ),
+            default_voice="tone_a",
+            timestamps=True,
+        )
 
     async def start(self) -> None:
         return None
@@ -105,8 +110,16 @@ class FakeEngine(EngineBase):
     def work(self) -> dict[str, int]:
         return {"calls": self.calls}
 
-    async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
-                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncGenerator[bytes | WordTimes, None]:
+    async def synthesize(
+        self,
+        text: str,
+        *,
+        voice: str,
+        speed: float,
+        vocoder: str | None = None,
+        buffered_s: float = 0.0,
+        timestamps: bool = False,
+    ) -> AsyncGenerator[bytes | WordTimes, None]:
         s = self.options
         self.calls += 1
         self.active += 1
@@ -120,7 +133,9 @@ class FakeEngine(EngineBase):
         finally:
             self.active -= 1
 
-    async def _compute(self, text: str, voice: str, speed: float, timestamps: bool) -> AsyncGenerator[bytes | WordTimes, None]:
+    async def _compute(
+        self, text: str, voice: str, speed: float, timestamps: bool
+    ) -> AsyncGenerator[bytes | WordTimes, None]:
         s = self.options
         if s.first_delay_ms:
             await asyncio.sleep(s.first_delay_ms / 1000)
@@ -138,7 +153,7 @@ class FakeEngine(EngineBase):
         for n, start in enumerate(range(0, len(pcm), step)):
             if 0 <= s.fail_after <= n:
                 raise EngineError("fake engine failure injected", code="engine_error")
-            chunk = pcm[start:start + step]
+            chunk = pcm[start : start + step]
             if s.rtf:  # against the clock, so scheduling delays do not add up
                 due = t0 + (start + len(chunk)) / self.sample_rate * s.rtf
                 await asyncio.sleep(max(0.0, due - loop.time()))

@@ -14,6 +14,7 @@ are serialized and never block the event loop. torch and kokoro are imported onl
 With ``kokoro_max_batch`` above 1 (CUDA's default), pieces of different sessions run as one
 padded forward pass (docs/GPU_BATCHING.md), each getting exactly the audio it would alone.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -26,9 +27,10 @@ import operator
 import os
 import time
 import warnings
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, AsyncGenerator, Callable, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -36,8 +38,17 @@ from ..config import Settings, section
 from ..errors import EngineError
 from ..kokoro.g2p import ROUTES
 from ..kokoro.parts import (
-    MAX_TOKENS, SAMPLE_RATE, Blends, Rendered, Segment, choose_default, describe_voices, known_symbols, load_voice_packs,
-    phonemize_words, split_phonemes,
+    MAX_TOKENS,
+    SAMPLE_RATE,
+    Blends,
+    Rendered,
+    Segment,
+    choose_default,
+    describe_voices,
+    known_symbols,
+    load_voice_packs,
+    phonemize_words,
+    split_phonemes,
 )
 from ..kokoro.timestamps import SegmentWords, WordTimes
 from .base import EngineBase
@@ -66,16 +77,14 @@ class ModelFiles:
 def find_model_files(folder: str | os.PathLike[str]) -> ModelFiles:
     """Locate the model's files in ``folder``; ``EngineError`` naming what is expected if not."""
     if not str(folder):
-        raise EngineError(f"set kokoro_dir (GATEWAY_KOKORO_DIR) to a folder holding {EXPECTED}",
-                          code="model_missing")
+        raise EngineError(f"set kokoro_dir (GATEWAY_KOKORO_DIR) to a folder holding {EXPECTED}", code="model_missing")
     root = Path(folder)
     if not root.is_dir():
         raise EngineError(f"kokoro_dir {root} is not a folder; it must hold {EXPECTED}", code="model_missing")
     config = root / "config.json"
     weights = sorted(root.glob("*.pth"))
     voices = tuple(sorted({*root.glob("voices/*.pt"), *root.glob("*.pt")}, key=lambda p: p.stem))
-    missing = [what for what, ok in (("config.json", config.is_file()), (".pth weights", weights))
-               if not ok]
+    missing = [what for what, ok in (("config.json", config.is_file()), (".pth weights", weights)) if not ok]
     if missing:
         raise EngineError(f"{root} lacks {', '.join(missing)}; it must hold {EXPECTED}", code="model_missing")
     if len(weights) > 1:
@@ -109,8 +118,9 @@ def pick_device(requested: str) -> str:
 class TorchKokoro:
     """The loaded ``KModel``, its voice packs and the G2P; every method here blocks."""
 
-    def __init__(self, files: ModelFiles, device: str, g2p_route: str = "misaki",
-                 packs: dict[str, np.ndarray] | None = None) -> None:
+    def __init__(
+        self, files: ModelFiles, device: str, g2p_route: str = "misaki", packs: dict[str, np.ndarray] | None = None
+    ) -> None:
         import torch
         from kokoro.model import KModel
 
@@ -219,8 +229,9 @@ class KokoroEngine(EngineBase):
         executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kokoro-torch")
         loop = asyncio.get_running_loop()
         try:
-            model = await loop.run_in_executor(executor, TorchKokoro, files, self.device, self.options.g2p,
-                                               self.packs.packs)
+            model = await loop.run_in_executor(
+                executor, TorchKokoro, files, self.device, self.options.g2p, self.packs.packs
+            )
         except EngineError:
             executor.shutdown(wait=False)
             raise
@@ -231,36 +242,61 @@ class KokoroEngine(EngineBase):
         if self.max_batch > 1:
             from .kokoro_batch import render_batch
 
-            self._batcher = MicroBatcher(lambda segments: render_batch(model, segments), executor,
-                                         max_batch=self.max_batch, window_s=self.options.batch_window_ms / 1000,
-                                         name=self.name)
+            self._batcher = MicroBatcher(
+                lambda segments: render_batch(model, segments),
+                executor,
+                max_batch=self.max_batch,
+                window_s=self.options.batch_window_ms / 1000,
+                name=self.name,
+            )
             self._g2p = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kokoro-g2p")
         self._folder_voices = [path.stem for path in files.voices]
         default = choose_default(tuple(model.voices), self.configured_default)
-        self.declare(voices=describe_voices(model.voices, default), default_voice=default, blends=True,
-                     timestamps=True)
+        self.declare(voices=describe_voices(model.voices, default), default_voice=default, blends=True, timestamps=True)
         t0 = time.perf_counter()
         async for _ in self.synthesize("Hi.", voice=default, speed=1.0):
             pass
-        log.info("kokoro engine ready on %s: %d voices, model %.2f s, G2P %.2f s, warm-up %.2f s",
-                 self.device, len(self.voices), model.model_s, model.g2p_s, time.perf_counter() - t0)
+        log.info(
+            "kokoro engine ready on %s: %d voices, model %.2f s, G2P %.2f s, warm-up %.2f s",
+            self.device,
+            len(self.voices),
+            model.model_s,
+            model.g2p_s,
+            time.perf_counter() - t0,
+        )
 
     @property
     def batching(self) -> dict[str, Any]:
         """Micro-batching: its size, pieces waiting, forward passes and the pieces they held."""
         batcher = self._batcher
-        return {"max_batch": self.max_batch, **({"waiting": batcher.waiting, **asdict(batcher.stats)} if batcher else {})}
+        return {
+            "max_batch": self.max_batch,
+            **({"waiting": batcher.waiting, **asdict(batcher.stats)} if batcher else {}),
+        }
 
     async def aclose(self) -> None:
         if self._batcher is not None:
             await self._batcher.aclose()
         executors, self._executor, self._g2p, self._model, self._batcher = (
-            (self._executor, self._g2p), None, None, None, None)
+            (self._executor, self._g2p),
+            None,
+            None,
+            None,
+            None,
+        )
         for executor in filter(None, executors):
             await asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True)
 
-    async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
-                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncGenerator[bytes | WordTimes, None]:
+    async def synthesize(
+        self,
+        text: str,
+        *,
+        voice: str,
+        speed: float,
+        vocoder: str | None = None,
+        buffered_s: float = 0.0,
+        timestamps: bool = False,
+    ) -> AsyncGenerator[bytes | WordTimes, None]:
         """Yield s16le PCM per piece of at most ``MAX_TOKENS`` phonemes, each once it is done;
         with ``timestamps``, each piece's ``WordTimes`` (from ``pred_dur``) before its audio.
 
@@ -270,7 +306,8 @@ class KokoroEngine(EngineBase):
         model = self.require(self._model)
         with self._batcher.arrival() if self._batcher else contextlib.nullcontext():  # a batch waits for it
             phonemes, tokens, exact = await self._run(
-                lambda: phonemize_words(model.phonemize, model.vocab, text, voice), "G2P", self._g2p)
+                lambda: phonemize_words(model.phonemize, model.vocab, text, voice), "G2P", self._g2p
+            )
         pieces = split_phonemes(phonemes)
         words = SegmentWords(tokens, phonemes, pieces, exact) if timestamps else None
         for index, piece in enumerate(pieces):

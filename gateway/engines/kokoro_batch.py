@@ -22,10 +22,12 @@ submodules and changes exactly those places:
 Each item's audio is then cut to its own length: 600 samples per predicted frame. Every
 function here blocks; torch is imported by the caller (``gateway.engines.kokoro``).
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -87,9 +89,10 @@ class _Masking:
             if norm.affine:
                 y = y * norm.weight[None, :, None] + norm.bias[None, :, None]
             return y
+
         return forward
 
-    def __enter__(self) -> "_Masking":
+    def __enter__(self) -> _Masking:
         if int(self.frames.min()) == self.longest:
             return self  # no padding (one item, or equal lengths): nothing to mask
         for root in self.roots:
@@ -128,8 +131,9 @@ def _alignment(durations: torch.Tensor, frames: int) -> torch.Tensor:
     return ((steps >= (ends - durations)[:, :, None]) & (steps < ends[:, :, None])).float()
 
 
-def _durations(model: Any, ids: torch.Tensor, lengths: torch.Tensor, styles: torch.Tensor,
-               speeds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _durations(
+    model: Any, ids: torch.Tensor, lengths: torch.Tensor, styles: torch.Tensor, speeds: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """KModel's text side: (pred_dur (B, T), zero on the pad; d; the text mask)."""
     text_mask = torch.arange(ids.shape[1], device=ids.device)[None, :] >= lengths[:, None]
     bert = model.bert(ids, attention_mask=(~text_mask).int())
@@ -156,7 +160,7 @@ def _harmonics(gen: Any, f0_curve: torch.Tensor, frames: Sequence[int]) -> torch
     """The harmonic source's spectrum per item, over its own length, seeded; zero-padded."""
     parts = []
     for i, f in enumerate(frames):
-        f0 = gen.f0_upsamp(f0_curve[i:i + 1, None, :2 * f]).transpose(1, 2)
+        f0 = gen.f0_upsamp(f0_curve[i : i + 1, None, : 2 * f]).transpose(1, 2)
         seeded()
         source, _, _ = gen.m_source(f0)
         spec, phase = gen.stft.transform(source.transpose(1, 2).squeeze(1))
@@ -164,8 +168,9 @@ def _harmonics(gen: Any, f0_curve: torch.Tensor, frames: Sequence[int]) -> torch
     return nn.utils.rnn.pad_sequence(parts, batch_first=True).transpose(1, 2)
 
 
-def _generator(gen: Any, x: torch.Tensor, s: torch.Tensor, f0_curve: torch.Tensor,
-               frames: Sequence[int]) -> list[torch.Tensor]:
+def _generator(
+    gen: Any, x: torch.Tensor, s: torch.Tensor, f0_curve: torch.Tensor, frames: Sequence[int]
+) -> list[torch.Tensor]:
     """``Generator.forward``, its source and inverse STFT per item: each item's audio."""
     har = _harmonics(gen, f0_curve, frames)
     for i in range(gen.num_upsamples):
@@ -183,13 +188,14 @@ def _generator(gen: Any, x: torch.Tensor, s: torch.Tensor, f0_curve: torch.Tenso
     bins, ratio = gen.post_n_fft // 2 + 1, (x.shape[-1] - 1) // max(frames)
     audio = []
     for i, f in enumerate(frames):
-        own = x[i:i + 1, :, :ratio * f + 1]
+        own = x[i : i + 1, :, : ratio * f + 1]
         audio.append(gen.stft.inverse(torch.exp(own[:, :bins]), torch.sin(own[:, bins:])).reshape(-1))
     return audio
 
 
-def _decode(decoder: Any, asr: torch.Tensor, f0_curve: torch.Tensor, n: torch.Tensor, s: torch.Tensor,
-            frames: Sequence[int]) -> list[torch.Tensor]:
+def _decode(
+    decoder: Any, asr: torch.Tensor, f0_curve: torch.Tensor, n: torch.Tensor, s: torch.Tensor, frames: Sequence[int]
+) -> list[torch.Tensor]:
     """``Decoder.forward`` (its blocks run masked), then the per-item generator."""
     f0 = decoder.F0_conv(f0_curve.unsqueeze(1))
     n = decoder.N_conv(n.unsqueeze(1))
@@ -225,18 +231,27 @@ def forward_batch(model: Any, items: Sequence[Item]) -> list[tuple[np.ndarray, n
     with _Masking((model.predictor.F0, model.predictor.N, model.decoder), frames):
         f0_curve, n = _f0n(model.predictor, en, styles[:, 128:], frames)
         audio = _decode(model.decoder, asr, f0_curve, n, styles[:, :128], counts)
-    return [(a.float().cpu().numpy(), pred_dur[i, :len(rows[i])].cpu().numpy().astype(np.int64))
-            for i, a in enumerate(audio)]
+    return [
+        (a.float().cpu().numpy(), pred_dur[i, : len(rows[i])].cpu().numpy().astype(np.int64))
+        for i, a in enumerate(audio)
+    ]
 
 
 def render_batch(kokoro: Any, segments: Sequence[Segment]) -> list[Rendered | EngineError]:
     """What ``TorchKokoro.render`` gives for each segment, from one forward pass; a segment
     whose audio is not finite gets its own ``EngineError`` (the others are unaffected)."""
-    results: list[Rendered | EngineError] = [Rendered.trimmed(np.zeros(0, np.float32), np.zeros(0, np.int64))
-                                             for _ in segments]
-    items = {i: Item(tuple(kokoro.vocab[p] for p in s.phonemes if p in kokoro.vocab),
-                     kokoro.style(s.voice)[len(s.phonemes) - 1], s.speed)
-             for i, s in enumerate(segments) if s.phonemes}
+    results: list[Rendered | EngineError] = [
+        Rendered.trimmed(np.zeros(0, np.float32), np.zeros(0, np.int64)) for _ in segments
+    ]
+    items = {
+        i: Item(
+            tuple(kokoro.vocab[p] for p in s.phonemes if p in kokoro.vocab),
+            kokoro.style(s.voice)[len(s.phonemes) - 1],
+            s.speed,
+        )
+        for i, s in enumerate(segments)
+        if s.phonemes
+    }
     if not items:
         return results
     for i, (audio, durations) in zip(items, forward_batch(kokoro.model, list(items.values()))):

@@ -22,14 +22,16 @@ whose engine has none sends none, and then none come); ``batch`` replies are PCM
 Voices: an endpoint lists none, so they are configured (``sagemaker_voices``, comma-separated;
 default: Kokoro-82M's English voices, as the GPU container serves). The container still checks.
 """
+
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
-from typing import Any, AsyncGenerator
+from typing import Any
 
 from ..config import Settings
 from ..errors import EngineError, EngineTimeout, GatewayError
@@ -59,14 +61,20 @@ class SageMakerOptions:
     max_concurrency: int = 16  # segments in flight; admission allows a few times more sessions
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> "SageMakerOptions":
+    def from_settings(cls, settings: Settings) -> SageMakerOptions:
         def get(name: str, default: Any) -> Any:  # settings a Settings without them leaves at the default
             return getattr(settings, f"sagemaker_{name}", default)
 
         voices = tuple(v.strip() for v in str(get("voices", "")).split(",") if v.strip())
-        return cls(endpoint=settings.sagemaker_endpoint, region=settings.sagemaker_region,
-                   mode=get("mode", "stream"), endpoint_url=get("endpoint_url", ""), ca_file=get("ca_file", ""),
-                   voices=voices or DEFAULT_VOICES, max_concurrency=int(get("max_concurrency", 16)))
+        return cls(
+            endpoint=settings.sagemaker_endpoint,
+            region=settings.sagemaker_region,
+            mode=get("mode", "stream"),
+            endpoint_url=get("endpoint_url", ""),
+            ca_file=get("ca_file", ""),
+            voices=voices or DEFAULT_VOICES,
+            max_concurrency=int(get("max_concurrency", 16)),
+        )
 
 
 class SageMakerEngine(EngineBase):
@@ -88,10 +96,10 @@ class SageMakerEngine(EngineBase):
             require_http2_sdk()  # fail at construction, not on the first request
         self.max_concurrency = o.max_concurrency
         default = choose_default(o.voices, settings.default_voice)
-        self.declare(voices=describe_voices(o.voices, default), default_voice=default,
-                     timestamps=o.mode == "stream")
-        self.stream = StreamTransport(o.endpoint, region=o.region, endpoint_url=o.endpoint_url,
-                                      ca_file=o.ca_file, timeout_s=self.timeout_s)
+        self.declare(voices=describe_voices(o.voices, default), default_voice=default, timestamps=o.mode == "stream")
+        self.stream = StreamTransport(
+            o.endpoint, region=o.region, endpoint_url=o.endpoint_url, ca_file=o.ca_file, timeout_s=self.timeout_s
+        )
         self._boto: Any = None  # the boto3 client (batch mode)
 
     @property
@@ -104,8 +112,12 @@ class SageMakerEngine(EngineBase):
             await self.stream.connect()
         elif self._boto is None:
             self._boto = await asyncio.to_thread(self._boto_client)
-        log.info("sagemaker engine: endpoint %s (%s mode) at %s", self.options.endpoint, self.options.mode,
-                 self.options.endpoint_url or "the regional service URL")
+        log.info(
+            "sagemaker engine: endpoint %s (%s mode) at %s",
+            self.options.endpoint,
+            self.options.mode,
+            self.options.endpoint_url or "the regional service URL",
+        )
 
     def _boto_client(self) -> Any:
         try:
@@ -113,19 +125,34 @@ class SageMakerEngine(EngineBase):
             from botocore.config import Config
         except ImportError as exc:
             raise ImportError(f"{BOTO_HINT} ({exc})") from exc
-        config = Config(connect_timeout=OPEN_TIMEOUT_S, read_timeout=self.timeout_s,
-                        retries={"mode": "standard", "max_attempts": 2},
-                        max_pool_connections=self.max_concurrency)
-        return boto3.client("sagemaker-runtime", region_name=self.options.region or None,
-                            endpoint_url=self.options.endpoint_url or None,
-                            verify=self.options.ca_file or None, config=config)
+        config = Config(
+            connect_timeout=OPEN_TIMEOUT_S,
+            read_timeout=self.timeout_s,
+            retries={"mode": "standard", "max_attempts": 2},
+            max_pool_connections=self.max_concurrency,
+        )
+        return boto3.client(
+            "sagemaker-runtime",
+            region_name=self.options.region or None,
+            endpoint_url=self.options.endpoint_url or None,
+            verify=self.options.ca_file or None,
+            config=config,
+        )
 
     async def aclose(self) -> None:
         self._boto = None
         await self.stream.aclose()
 
-    async def synthesize(self, text: str, *, voice: str, speed: float, vocoder: str | None = None,
-                         buffered_s: float = 0.0, timestamps: bool = False) -> AsyncGenerator[bytes | WordTimes, None]:
+    async def synthesize(
+        self,
+        text: str,
+        *,
+        voice: str,
+        speed: float,
+        vocoder: str | None = None,
+        buffered_s: float = 0.0,
+        timestamps: bool = False,
+    ) -> AsyncGenerator[bytes | WordTimes, None]:
         """Yield the endpoint's PCM for ``text`` (stream mode with ``timestamps``: the words
         before their audio); closing early ends the call (and the container's work)."""
         source: AsyncGenerator[bytes | WordTimes, None]
@@ -148,17 +175,18 @@ class SageMakerEngine(EngineBase):
                 pcm = await asyncio.to_thread(self._invoke, body)
         except TimeoutError:
             raise EngineTimeout(f"endpoint {self.options.endpoint} took over {timeout:g} s") from None
-        pcm = pcm[:len(pcm) - len(pcm) % 2]
+        pcm = pcm[: len(pcm) - len(pcm) % 2]
         for start in range(0, len(pcm), BATCH_CHUNK_BYTES):
-            yield pcm[start:start + BATCH_CHUNK_BYTES]
+            yield pcm[start : start + BATCH_CHUNK_BYTES]
 
     def _invoke(self, body: bytes) -> bytes:
         """One blocking ``InvokeEndpoint`` (on a worker thread): the segment's whole PCM."""
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
-            response = self._boto.invoke_endpoint(EndpointName=self.options.endpoint, Body=body,
-                                                    ContentType="application/json", Accept="audio/pcm")
+            response = self._boto.invoke_endpoint(
+                EndpointName=self.options.endpoint, Body=body, ContentType="application/json", Accept="audio/pcm"
+            )
             return bytes(response["Body"].read())
         except ClientError as exc:
             raise batch_error(exc.response) from exc

@@ -11,6 +11,7 @@ next ``COMPLETE``. The container's ``words`` events (see ``engines.container``) 
 container's socket. No pool of open streams: idle ones would count in
 ``ConcurrentRequestsPerModel``, the metric the endpoint scales on.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -19,7 +20,8 @@ import importlib
 import json
 import logging
 import sys
-from typing import Any, AsyncGenerator
+from collections.abc import AsyncGenerator
+from typing import Any
 
 from ..errors import EngineError, EngineTimeout, NotReady
 from ..kokoro.timestamps import WordTimes, words_event
@@ -29,8 +31,10 @@ log = logging.getLogger(__name__)
 
 OPEN_TIMEOUT_S = 10.0  # opening a stream: TLS, HTTP/2, the sidecar's socket to the container
 CLOSE_TIMEOUT_S = 2.0
-HTTP2_HINT = ("the sagemaker engine's stream mode needs Python 3.12+ and the HTTP/2 SDK: "
-              "pip install -e '.[sagemaker-http2]' (or set sagemaker_mode=batch)")
+HTTP2_HINT = (
+    "the sagemaker engine's stream mode needs Python 3.12+ and the HTTP/2 SDK: "
+    "pip install -e '.[sagemaker-http2]' (or set sagemaker_mode=batch)"
+)
 
 
 def require_http2_sdk() -> None:
@@ -72,7 +76,7 @@ def _crt_client_class() -> type:
                 options.override_default_trust_store_from_path(ca_filepath=ca_file)
                 self._tls_ctx = io.ClientTlsContext(options)
 
-        def __deepcopy__(self, memo: Any) -> "GatewayCRTClient":  # the SDK deep-copies its config
+        def __deepcopy__(self, memo: Any) -> GatewayCRTClient:  # the SDK deep-copies its config
             return GatewayCRTClient(self.ca_file, eventloop=self._eventloop, client_config=deepcopy(self._config))
 
         async def _await_response(self, stream: Any) -> Any:
@@ -88,7 +92,7 @@ def _crt_client_class() -> type:
     return GatewayCRTClient
 
 
-def _reap_body_writer(task: "asyncio.Task[Any]") -> None:
+def _reap_body_writer(task: asyncio.Task[Any]) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.debug("request body ended after the stream had: %s", task.exception())
 
@@ -145,8 +149,9 @@ class StreamTransport:
         if client is not None:
             await client.close()
 
-    async def synthesize(self, text: str, voice: str, speed: float,
-                         timestamps: bool = False) -> AsyncGenerator[bytes | WordTimes, None]:
+    async def synthesize(
+        self, text: str, voice: str, speed: float, timestamps: bool = False
+    ) -> AsyncGenerator[bytes | WordTimes, None]:
         from awscrt.exceptions import AwsCrtError
         from smithy_core.exceptions import SmithyError
 
@@ -173,19 +178,26 @@ class StreamTransport:
 
     async def _open(self, text: str, voice: str, speed: float) -> tuple[Any, Any]:
         from aws_sdk_sagemaker_runtime_http2.models import (
-            InvokeEndpointWithBidirectionalStreamInput, RequestPayloadPart, RequestStreamEventPayloadPart)
+            InvokeEndpointWithBidirectionalStreamInput,
+            RequestPayloadPart,
+            RequestStreamEventPayloadPart,
+        )
 
         # one segment already: the container must not cut its first clause off again
-        messages = ({"type": "start", "format": "pcm", "voice": voice, "speed": speed, "first_clause": False},
-                    {"type": "text", "text": text}, {"type": "end"})
+        messages = (
+            {"type": "start", "format": "pcm", "voice": voice, "speed": speed, "first_clause": False},
+            {"type": "text", "text": text},
+            {"type": "end"},
+        )
         try:
             async with asyncio.timeout(OPEN_TIMEOUT_S):
                 request = InvokeEndpointWithBidirectionalStreamInput(endpoint_name=self.endpoint)
                 stream = await self.require_client().invoke_endpoint_with_bidirectional_stream(request)
                 try:
                     for message in messages:
-                        part = RequestPayloadPart(bytes_=json.dumps(message).encode(), data_type="UTF8",
-                                                  completion_state="COMPLETE")
+                        part = RequestPayloadPart(
+                            bytes_=json.dumps(message).encode(), data_type="UTF8", completion_state="COMPLETE"
+                        )
                         await stream.input_stream.send(RequestStreamEventPayloadPart(value=part))
                     _, output = await stream.await_output()
                 except BaseException:

@@ -8,6 +8,7 @@ state dict per ``KModel`` part, as hexgrad ships it), every parameter read back 
 fp32 graph (``torch_weights``). The voices stay the gateway's voice store. Then
 ``--engine kokoro --set kokoro_dir=DIR`` speaks with the real weights, on CPU or CUDA.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,12 +17,13 @@ import logging
 import tempfile
 import time
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from .onnx_model import load_model_bytes, shipped_sha256
 from .floatgraph import cache_dir, graph_bytes
 from .floatgraph.torch_weights import CONFIG, MODULES, state_dict
+from .onnx_model import load_model_bytes, shipped_sha256
 from .parts import load_vocab
 
 log = logging.getLogger(__name__)
@@ -63,8 +65,13 @@ def convert(out: Path, cache: str = "") -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(config, ensure_ascii=False, indent=1), "utf-8")
     torch.save(parts, out / WEIGHTS)
-    report = {"folder": str(out), "parameters": len(params), "source_sha256": shipped_sha256(),
-              "fp32_sha256": digest, "seconds": round(time.perf_counter() - t0, 1)}
+    report = {
+        "folder": str(out),
+        "parameters": len(params),
+        "source_sha256": shipped_sha256(),
+        "fp32_sha256": digest,
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
     (out / "SOURCE.json").write_text(json.dumps(report, indent=1) + "\n", "utf-8")
     return report
 
@@ -84,7 +91,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError as exc:
         raise SystemExit(f"{INSTALL_HINT} ({exc})") from None
     report = convert(Path(args.out), args.cache)
-    log.info("wrote %s: config.json and %s (%d parameters from the shipped model, %.1f s); serve it with "
-             "--engine kokoro --set kokoro_dir=%s", report["folder"], WEIGHTS, report["parameters"],
-             report["seconds"], report["folder"])
+    log.info(
+        "wrote %s: config.json and %s (%d parameters from the shipped model, %.1f s); serve it with "
+        "--engine kokoro --set kokoro_dir=%s",
+        report["folder"],
+        WEIGHTS,
+        report["parameters"],
+        report["seconds"],
+        report["folder"],
+    )
     return 0

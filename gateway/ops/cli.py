@@ -1,5 +1,6 @@
 """Command line: ``serve`` (default), ``container``, ``synth``, ``bench``, ``wyoming``, ``loadtest``, ``deploy``,
 ``convert-weights``."""
+
 from __future__ import annotations
 
 import argparse
@@ -18,16 +19,38 @@ log = logging.getLogger("gateway")
 
 SUBCOMMANDS = ("serve", "container", "synth", "bench", "wyoming", "loadtest", "deploy", "convert-weights")
 # subcommands that are tools with options of their own
-TOOLS = {"loadtest": "bench.loadtest", "deploy": "gateway.ops.deploy", "convert-weights": "gateway.kokoro.convert_weights"}
-BENCHES = ("engine", "quality", "overhead", "transports", "ttfb", "agent", "soak", "playback", "timestamps",
-           "clients", "gpu", "listeners", "firstreply")
+TOOLS = {
+    "loadtest": "bench.loadtest",
+    "deploy": "gateway.ops.deploy",
+    "convert-weights": "gateway.kokoro.convert_weights",
+}
+BENCHES = (
+    "engine",
+    "quality",
+    "overhead",
+    "transports",
+    "ttfb",
+    "agent",
+    "soak",
+    "playback",
+    "timestamps",
+    "clients",
+    "gpu",
+    "listeners",
+    "firstreply",
+)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="TOML settings file (default: config/default.toml)")
     p.add_argument("--engine", help="embedded (default), kokoro, container, sagemaker or fake")
-    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                   help="override any setting, e.g. --set fake_rtf=0.3 (repeatable)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override any setting, e.g. --set fake_rtf=0.3 (repeatable)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,9 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
     _common(serve)
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
-    serve.add_argument("--workers", help="processes serving the port: auto (default: 1 for the "
-                       "embedded and kokoro engines, one per core for container and sagemaker), 0 "
-                       "(one per core) or a count")
+    serve.add_argument(
+        "--workers",
+        help="processes serving the port: auto (default: 1 for the "
+        "embedded and kokoro engines, one per core for container and sagemaker), 0 "
+        "(one per core) or a count",
+    )
     cont = sub.add_parser("container", help="run the SageMaker model container (port 8080)")
     _common(cont)
     cont.add_argument("--host", default="0.0.0.0")
@@ -54,8 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--speed", type=float, default=1.0)
     wyoming = sub.add_parser("wyoming", help="serve the voices over Home Assistant's Wyoming protocol")
     _common(wyoming)
-    wyoming.add_argument("--host", help="address to listen on (default: the host setting, 127.0.0.1; "
-                         "0.0.0.0 for Home Assistant on another machine)")
+    wyoming.add_argument(
+        "--host",
+        help="address to listen on (default: the host setting, 127.0.0.1; "
+        "0.0.0.0 for Home Assistant on another machine)",
+    )
     wyoming.add_argument("--port", type=int, default=10200)
     bench = sub.add_parser("bench", help="benchmarks: " + ", ".join(BENCHES))
     bench.add_argument("name", choices=BENCHES)
@@ -64,8 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("args", nargs=argparse.REMAINDER)
     deploy = sub.add_parser("deploy", help="create the SageMaker endpoint and its scaling policy", add_help=False)
     deploy.add_argument("args", nargs=argparse.REMAINDER)
-    convert = sub.add_parser("convert-weights", add_help=False,
-                             help="write a kokoro_dir (config.json, .pth) from the shipped model: --out DIR")
+    convert = sub.add_parser(
+        "convert-weights",
+        add_help=False,
+        help="write a kokoro_dir (config.json, .pth) from the shipped model: --out DIR",
+    )
     convert.add_argument("args", nargs=argparse.REMAINDER)
     return parser
 
@@ -93,10 +125,10 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 async def synth(settings: Settings, args: argparse.Namespace) -> None:
     from ..core import batch
-    from ..engines import create_engine
     from ..core.options import parse_options
     from ..core.speakable import speakable
     from ..core.synthesis import SynthesisHub
+    from ..engines import create_engine
 
     if not speakable(args.text):
         raise SystemExit("nothing to speak: the text has no letter or digit")
@@ -104,8 +136,17 @@ async def synth(settings: Settings, args: argparse.Namespace) -> None:
     await engine.start()
     try:
         fmt = args.format or Path(args.output).suffix.lstrip(".") or "mp3"
-        options = parse_options({"text": args.text, "voice": args.voice, "format": fmt, "speed": args.speed,
-                                 "sample_rate": args.sample_rate}, settings, engine)
+        options = parse_options(
+            {
+                "text": args.text,
+                "voice": args.voice,
+                "format": fmt,
+                "speed": args.speed,
+                "sample_rate": args.sample_rate,
+            },
+            settings,
+            engine,
+        )
         hub = SynthesisHub(engine, timeout_s=settings.synth_timeout_s)
         audio = await batch.synthesize(hub, options, settings)
     finally:

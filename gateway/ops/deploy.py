@@ -14,6 +14,7 @@ high-resolution predefined metric ``SageMakerVariantConcurrentRequestsPerModelHi
 (reported every 10 s) where the installed botocore knows it, else the same CloudWatch metric
 as a customized metric specification.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -67,15 +68,18 @@ def known_metric(name: str) -> bool:
     return name in enum
 
 
-def target_tracking(target: float, *, metric: str = CONCURRENCY_METRIC, scale_in_cooldown: int = 300,
-                    scale_out_cooldown: int = 60) -> dict[str, Any]:
+def target_tracking(
+    target: float, *, metric: str = CONCURRENCY_METRIC, scale_in_cooldown: int = 300, scale_out_cooldown: int = 60
+) -> dict[str, Any]:
     """A TargetTrackingScalingPolicyConfiguration, as the load test writes it and AWS CLI takes it."""
     config: dict[str, Any] = {"TargetValue": float(target)}
     if metric != CONCURRENCY_METRIC or known_metric(metric):
         config["PredefinedMetricSpecification"] = {"PredefinedMetricType": metric}
     else:  # the same CloudWatch metric; deploy fills in the endpoint and variant dimensions
         config["CustomizedMetricSpecification"] = {
-            "MetricName": "ConcurrentRequestsPerModel", "Namespace": "AWS/SageMaker", "Statistic": "Average",
+            "MetricName": "ConcurrentRequestsPerModel",
+            "Namespace": "AWS/SageMaker",
+            "Statistic": "Average",
         }
     config["ScaleInCooldown"], config["ScaleOutCooldown"] = scale_in_cooldown, scale_out_cooldown
     return config
@@ -93,8 +97,13 @@ def with_dimensions(config: dict[str, Any], endpoint: str, variant: str = VARIAN
     """A customized metric without dimensions gets this endpoint's and variant's."""
     custom = config.get("CustomizedMetricSpecification")
     if isinstance(custom, dict) and "Dimensions" not in custom and "Metrics" not in custom:
-        config = {**config, "CustomizedMetricSpecification": {**custom, "Dimensions": [
-            {"Name": "EndpointName", "Value": endpoint}, {"Name": "VariantName", "Value": variant}]}}
+        config = {
+            **config,
+            "CustomizedMetricSpecification": {
+                **custom,
+                "Dimensions": [{"Name": "EndpointName", "Value": endpoint}, {"Name": "VariantName", "Value": variant}],
+            },
+        }
     return config
 
 
@@ -102,25 +111,52 @@ def build_requests(args: argparse.Namespace, stamp: str) -> list[Request]:
     model, config_name = f"{args.name}-{stamp}", f"{args.name}-config-{stamp}"
     env = dict(item.split("=", 1) for item in args.env)
     resource = f"endpoint/{args.name}/variant/{VARIANT}"
-    policy = (load_policy(args.policy, args.name) if args.policy
-              else with_dimensions(target_tracking(args.target), args.name))
+    policy = (
+        load_policy(args.policy, args.name) if args.policy else with_dimensions(target_tracking(args.target), args.name)
+    )
     scaling = {"ServiceNamespace": "sagemaker", "ResourceId": resource, "ScalableDimension": DIMENSION}
     return [
-        Request("sagemaker", "CreateModel", {
-            "ModelName": model, "ExecutionRoleArn": args.role,
-            "PrimaryContainer": {"Image": args.image, "Environment": env, "Mode": "SingleModel"}}),
-        Request("sagemaker", "CreateEndpointConfig", {
-            "EndpointConfigName": config_name,
-            "ProductionVariants": [{
-                "VariantName": VARIANT, "ModelName": model, "InstanceType": args.instance_type,
-                "InitialInstanceCount": args.instance_count,
-                "ContainerStartupHealthCheckTimeoutInSeconds": args.startup_timeout}]}),
+        Request(
+            "sagemaker",
+            "CreateModel",
+            {
+                "ModelName": model,
+                "ExecutionRoleArn": args.role,
+                "PrimaryContainer": {"Image": args.image, "Environment": env, "Mode": "SingleModel"},
+            },
+        ),
+        Request(
+            "sagemaker",
+            "CreateEndpointConfig",
+            {
+                "EndpointConfigName": config_name,
+                "ProductionVariants": [
+                    {
+                        "VariantName": VARIANT,
+                        "ModelName": model,
+                        "InstanceType": args.instance_type,
+                        "InitialInstanceCount": args.instance_count,
+                        "ContainerStartupHealthCheckTimeoutInSeconds": args.startup_timeout,
+                    }
+                ],
+            },
+        ),
         Request("sagemaker", "CreateEndpoint", {"EndpointName": args.name, "EndpointConfigName": config_name}),
-        Request("application-autoscaling", "RegisterScalableTarget", {
-            **scaling, "MinCapacity": args.min_capacity, "MaxCapacity": args.max_capacity}),
-        Request("application-autoscaling", "PutScalingPolicy", {
-            **scaling, "PolicyName": f"{args.name}-target-tracking", "PolicyType": "TargetTrackingScaling",
-            "TargetTrackingScalingPolicyConfiguration": policy}),
+        Request(
+            "application-autoscaling",
+            "RegisterScalableTarget",
+            {**scaling, "MinCapacity": args.min_capacity, "MaxCapacity": args.max_capacity},
+        ),
+        Request(
+            "application-autoscaling",
+            "PutScalingPolicy",
+            {
+                **scaling,
+                "PolicyName": f"{args.name}-target-tracking",
+                "PolicyType": "TargetTrackingScaling",
+                "TargetTrackingScalingPolicyConfiguration": policy,
+            },
+        ),
     ]
 
 
@@ -144,8 +180,12 @@ def _enum_problems(value: Any, shape: Any, where: str) -> list[str]:
     """botocore validates types, required members and ranges but leaves enums to the service."""
     kind = shape.type_name
     if kind == "structure" and isinstance(value, dict):
-        return [p for key, item in value.items() if key in shape.members
-                for p in _enum_problems(item, shape.members[key], f"{where}.{key}")]
+        return [
+            p
+            for key, item in value.items()
+            if key in shape.members
+            for p in _enum_problems(item, shape.members[key], f"{where}.{key}")
+        ]
     if kind == "list" and isinstance(value, list):
         return [p for n, item in enumerate(value) for p in _enum_problems(item, shape.member, f"{where}[{n}]")]
     if kind == "map" and isinstance(value, dict):
@@ -170,8 +210,9 @@ def execute(requests: list[Request], region: str | None) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="run_gateway.py deploy", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="run_gateway.py deploy", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--image", required=True, help="the container image URI (carries the bidirectional label)")
     p.add_argument("--role", required=True, help="the SageMaker execution role ARN")
     p.add_argument("--name", default="kokoro-tts", help="endpoint name (model and config get a time stamp)")
@@ -180,8 +221,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-capacity", type=int, default=1)
     p.add_argument("--max-capacity", type=int, default=4)
     p.add_argument("--policy", help="target-tracking policy JSON from `loadtest` (policy.json)")
-    p.add_argument("--target", type=float, default=4.0,
-                   help="ConcurrentRequestsPerModel target when no --policy is given (measure it with loadtest)")
+    p.add_argument(
+        "--target",
+        type=float,
+        default=4.0,
+        help="ConcurrentRequestsPerModel target when no --policy is given (measure it with loadtest)",
+    )
     p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="container environment")
     p.add_argument("--startup-timeout", type=int, default=600, help="seconds for /ping to answer after start")
     p.add_argument("--region")

@@ -1,12 +1,13 @@
 """Serve one application on its port until SIGTERM (or SIGINT), then drain: one process, or
 one worker of several (``workers.py``), which shares the port and reports to its supervisor;
 or the Wyoming protocol server (``serve_wyoming``)."""
+
 from __future__ import annotations
 
 import asyncio
 import logging
 import signal
-from typing import Callable
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -15,8 +16,13 @@ from ..config import Settings
 log = logging.getLogger("gateway")
 
 
-async def serve(settings: Settings, app: web.Application, *, what: str = "gateway",
-                worker_ready: Callable[[str, asyncio.Event], None] | None = None) -> None:
+async def serve(
+    settings: Settings,
+    app: web.Application,
+    *,
+    what: str = "gateway",
+    worker_ready: Callable[[str, asyncio.Event], None] | None = None,
+) -> None:
     """Run ``app`` until SIGINT/SIGTERM; log one line once it listens and its engine is ready.
     A worker (``workers.py``) shares the port and tells ``worker_ready`` instead."""
     from ..web.httperrors import GatewayRunner
@@ -59,8 +65,8 @@ async def serve_wyoming(settings: Settings, port: int) -> None:
 
     from wyoming.server import AsyncTcpServer
 
-    from ..web.app import build_gateway
     from ..engines import create_engine
+    from ..web.app import build_gateway
     from ..web.transports.wyoming import WyomingHandler, describe
 
     engine = create_engine(settings)
@@ -78,8 +84,13 @@ async def serve_wyoming(settings: Settings, port: int) -> None:
         loop.add_signal_handler(sig, stop.set)
     try:
         await server.start(functools.partial(WyomingHandler, gw, describe(gw)))
-        log.info("Wyoming TTS listening on tcp://%s:%d (engine %s ready, %d voices)",
-                 settings.host, port, engine.name, len(engine.voices))
+        log.info(
+            "Wyoming TTS listening on tcp://%s:%d (engine %s ready, %d voices)",
+            settings.host,
+            port,
+            engine.name,
+            len(engine.voices),
+        )
         await stop.wait()
         log.info("stopping")
     finally:

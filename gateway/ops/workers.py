@@ -16,6 +16,7 @@ makes ``max_active_sessions`` and ``max_sessions_per_client`` hold for the port,
 each worker counts in its own column (its slot), which is zeroed when the slot's worker dies.
 A worker whose supervisor has gone (killed) sees its pipe close and drains.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -27,9 +28,10 @@ import signal
 import socket
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
-from typing import Any, AsyncIterator
+from typing import Any
 
 from aiohttp import web
 
@@ -108,8 +110,12 @@ class Supervisor:
     def _start(self, slot: int) -> None:
         parent_end, child_end = self.ctx.Pipe()
         self.limits.clear_worker(slot)  # a dead predecessor's sessions are gone with it
-        process = self.ctx.Process(target=worker_main, args=(self.settings, child_end, self.limits, slot),
-                                   name=f"gateway-worker-{slot}", daemon=False)
+        process = self.ctx.Process(
+            target=worker_main,
+            args=(self.settings, child_end, self.limits, slot),
+            name=f"gateway-worker-{slot}",
+            daemon=False,
+        )
         process.start()
         child_end.close()
         self.workers[slot] = _Worker(process, parent_end)
@@ -117,8 +123,11 @@ class Supervisor:
     def _supervise(self, wake: socket.socket) -> int:
         announced = False
         while not self.stopping:
-            waiting = [wake, *(w.process.sentinel for w in self.workers.values()),
-                       *(w.pipe for w in self.workers.values() if not w.ready and not w.pipe.closed)]
+            waiting = [
+                wake,
+                *(w.process.sentinel for w in self.workers.values()),
+                *(w.pipe for w in self.workers.values() if not w.ready and not w.pipe.closed),
+            ]
             timeout = max(0.0, min(self.due.values()) - time.monotonic()) if self.due else None
             fired = set(wait(waiting, timeout))
             if wake in fired:
@@ -128,16 +137,25 @@ class Supervisor:
                     self._on_ready(worker, announced)
                 if worker.process.sentinel in fired:
                     if not announced:
-                        log.error("worker %d exited (code %s) before the gateway was ready: stopping",
-                                  worker.process.pid, worker.process.exitcode)
+                        log.error(
+                            "worker %d exited (code %s) before the gateway was ready: stopping",
+                            worker.process.pid,
+                            worker.process.exitcode,
+                        )
                         return 1
                     self._on_exit(slot, worker)
             if not announced and len(self.workers) == self.count and all(w.ready for w in self.workers.values()):
                 announced = True
                 pids = ", ".join(str(w.process.pid) for w in self.workers.values())
                 states = "; ".join(sorted({w.state for w in self.workers.values()}))
-                log.info("gateway listening on http://%s:%d (%d workers: %s; %s)", self.settings.host,
-                         self.settings.port, self.count, pids, states)
+                log.info(
+                    "gateway listening on http://%s:%d (%d workers: %s; %s)",
+                    self.settings.host,
+                    self.settings.port,
+                    self.count,
+                    pids,
+                    states,
+                )
             for slot, when in list(self.due.items()):
                 if when <= time.monotonic() and not self.stopping:
                     del self.due[slot]
@@ -162,17 +180,27 @@ class Supervisor:
         del self.workers[slot]
         multiprocess.mark_process_dead(worker.process.pid)  # its live gauges leave the sums
         lived = time.monotonic() - worker.started
-        pause = 0.0 if lived >= YOUNG_S and worker.ready else min(MAX_BACKOFF_S, max(0.5, 2 * self.backoff.get(slot, 0.0)))
+        pause = (
+            0.0 if lived >= YOUNG_S and worker.ready else min(MAX_BACKOFF_S, max(0.5, 2 * self.backoff.get(slot, 0.0)))
+        )
         self.backoff[slot] = pause
-        log.warning("worker %d exited (code %s) after %.1f s; restarting it%s", worker.process.pid,
-                    worker.process.exitcode, lived, f" in {pause:.1f} s" if pause else "")
+        log.warning(
+            "worker %d exited (code %s) after %.1f s; restarting it%s",
+            worker.process.pid,
+            worker.process.exitcode,
+            lived,
+            f" in {pause:.1f} s" if pause else "",
+        )
         self.due[slot] = time.monotonic() + pause
 
     def _stop_all(self) -> None:
         live = [w for w in self.workers.values() if w.process.is_alive()]
         if live:
-            log.info("shutting down %d workers: no new sessions; %.0f s for those in flight",
-                     len(live), self.settings.shutdown_grace_s)
+            log.info(
+                "shutting down %d workers: no new sessions; %.0f s for those in flight",
+                len(live),
+                self.settings.shutdown_grace_s,
+            )
         for worker in live:
             worker.process.terminate()  # SIGTERM: the worker drains
         deadline = time.monotonic() + self.settings.shutdown_grace_s + 20.0

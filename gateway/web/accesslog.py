@@ -7,10 +7,12 @@ handshake; the server runs with ``handler_cancellation``), so aiohttp never logs
 handler logs its own line (``log_websocket``: status 101, the session's whole duration) and
 ``ClientAccessLogger`` skips the 101 aiohttp would log as well.
 """
+
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 from urllib.parse import unquote_plus
 
 from aiohttp import web
@@ -52,12 +54,15 @@ class ClientAccessLogger(AccessLogger):
         view = request.get(CLIENT_VIEW) if request is not None else None
         super().log(view or request, response, time)
 
-    def _format_line(self, request: BaseRequest, response: web.StreamResponse,
-                     time: float) -> Iterable[tuple[Any, Any]]:
+    def _format_line(
+        self, request: BaseRequest, response: web.StreamResponse, time: float
+    ) -> Iterable[tuple[Any, Any]]:
         # aiohttp offers no public hook for the values of a line; this one is tested against
         # the pinned aiohttp (tests/test_edges.py)
-        return [(key, redact(value) if isinstance(value, str) else value)
-                for key, value in super()._format_line(request, response, time)]
+        return [
+            (key, redact(value) if isinstance(value, str) else value)
+            for key, value in super()._format_line(request, response, time)
+        ]
 
 
 def log_websocket(request: web.Request, ws: web.WebSocketResponse, duration_s: float) -> None:

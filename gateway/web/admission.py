@@ -11,12 +11,13 @@ The limits hold over the counts ``slots`` keeps (``limits.py``): this process's,
 waiting here; one freed in another worker is seen by the first waiter here, which looks every
 ``POLL_S``. ``active`` is this process's own sessions (what a shutdown waits for).
 """
+
 from __future__ import annotations
 
 import asyncio
 import contextlib
 from collections import deque
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 from ..errors import Overloaded, ShuttingDown, TooManySessions
 from ..metrics import Metrics
@@ -26,8 +27,16 @@ POLL_S = 0.05  # how often the first waiter looks for a slot freed in another wo
 
 
 class Admission:
-    def __init__(self, *, max_active: int, max_queued: int, queue_timeout_s: float,
-                 per_client: int, metrics: Metrics, slots: Slots | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        max_active: int,
+        max_queued: int,
+        queue_timeout_s: float,
+        per_client: int,
+        metrics: Metrics,
+        slots: Slots | None = None,
+    ) -> None:
         self.max_active = max(1, max_active)
         self.max_queued = max(0, max_queued)
         self.queue_timeout_s = queue_timeout_s
@@ -71,8 +80,10 @@ class Admission:
             self.metrics.queued.set(self.waiting)
             return
         if self.waiting >= self.max_queued:
-            raise Overloaded(f"{self.slots.active()} sessions active and {self.waiting} queued; retry shortly",
-                             retry_after=self._retry_after())
+            raise Overloaded(
+                f"{self.slots.active()} sessions active and {self.waiting} queued; retry shortly",
+                retry_after=self._retry_after(),
+            )
         granted = asyncio.get_running_loop().create_future()
         self._queue.append(granted)
         self.metrics.queued.set(self.waiting)
@@ -81,8 +92,10 @@ class Admission:
                 await self._wait(granted)
         except TimeoutError:
             if not _handed(granted):
-                raise Overloaded(f"no synthesis slot within {self.queue_timeout_s:g} s; retry shortly",
-                                 retry_after=self._retry_after()) from None
+                raise Overloaded(
+                    f"no synthesis slot within {self.queue_timeout_s:g} s; retry shortly",
+                    retry_after=self._retry_after(),
+                ) from None
             # the slot came in the same tick as the deadline: it is ours, go on
         except BaseException:
             if _handed(granted):  # cancelled in the tick the slot came: it goes to the next in line

@@ -1,29 +1,30 @@
 """``make_app(settings, engine) -> web.Application``: routes, error translation, lifecycle."""
+
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Middleware
 
-from . import http
-from .openai_speech import speech
-from .admission import Admission
-from .limits import Slots
 from ..agent import create_agent
 from ..config import Settings
+from ..core.synthesis import SynthesisHub
 from ..engines import create_engine
 from ..engines.base import Engine
 from ..errors import GatewayError, Overloaded
-from .httperrors import error_response, http_exception_response
 from ..metrics import Metrics
+from . import http
+from .admission import Admission
+from .httperrors import error_response, http_exception_response
+from .limits import Slots
+from .openai_speech import speech
 from .proxies import client_middleware, parse_header, parse_trusted
 from .security import check_auth
 from .state import GATEWAY, Gateway
-from ..core.synthesis import SynthesisHub
 from .tokens import handle_mint
 from .transports.sse import handle_sse
 from .transports.ws import handle_ws
@@ -92,10 +93,17 @@ async def _load_engine(gw: Gateway) -> None:
         built, warmed = await _prepare(gw)
         vocoder = gw.engine.vocoder_status or {}
         # one line with where start-up went (docs/BENCHMARKS.md, bench firstreply)
-        log.info("engine %s start-up phases: engine start %.2f s, waiting for the streaming vocoder %.2f s "
-                 "(its build %s s, beside the engine's start), rate warm-up %.2f s; total %.2f s%s",
-                 gw.engine.name, loaded - started, built - loaded, vocoder.get("build_s"), warmed - built,
-                 warmed - started, "" if gw.ready.is_set() else " before ready")
+        log.info(
+            "engine %s start-up phases: engine start %.2f s, waiting for the streaming vocoder %.2f s "
+            "(its build %s s, beside the engine's start), rate warm-up %.2f s; total %.2f s%s",
+            gw.engine.name,
+            loaded - started,
+            built - loaded,
+            vocoder.get("build_s"),
+            warmed - built,
+            warmed - started,
+            "" if gw.ready.is_set() else " before ready",
+        )
     finally:
         if not gw.ready.is_set():
             log.info("engine %s ready in %.2f s (start-up work included)", gw.engine.name, loop.time() - started)
@@ -123,8 +131,9 @@ def build_gateway(settings: Settings, engine: Engine, *, admit: bool = True, slo
     its port's, ``limits.SharedLimits``)."""
     metrics = Metrics()
     max_active = settings.max_active_sessions or engine.max_concurrency * 4
-    hub = SynthesisHub(engine, cache_mb=settings.cache_mb, timeout_s=settings.synth_timeout_s, metrics=metrics,
-                       settings=settings)
+    hub = SynthesisHub(
+        engine, cache_mb=settings.cache_mb, timeout_s=settings.synth_timeout_s, metrics=metrics, settings=settings
+    )
     hub.budget.enabled = admit
     return Gateway(
         hub=hub,

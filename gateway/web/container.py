@@ -17,22 +17,23 @@ The container contract, on port 8080:
 * ``GET /v1/voices``: the engine's voices (the ``container`` engine reads them at start).
 * ``GET /metrics``: Prometheus text.
 """
+
 from __future__ import annotations
 
 import logging
 
 from aiohttp import web
 
-from ..core import batch
-from . import http
-from .app import build_gateway, close_idle_upstream, engine_lifecycle, errors_middleware
 from ..audio.encoders import CONTENT_TYPES
 from ..config import Settings
+from ..core import batch
+from ..core.options import parse_options
 from ..engines import create_engine
 from ..engines.base import Engine
 from ..errors import BadRequest
+from . import http
+from .app import build_gateway, close_idle_upstream, engine_lifecycle, errors_middleware
 from .jsonbody import decode_object
-from ..core.options import parse_options
 from .state import GATEWAY
 from .transports.ws import WsChannel, serve_socket
 

@@ -9,6 +9,7 @@ through a ``RequestHandler`` whose ``handle_error`` answers in the JSON shape in
 offers no public hook for this, so the subclass is kept to that one method (and tested against
 the pinned aiohttp in tests/test_production.py).
 """
+
 from __future__ import annotations
 
 import re
@@ -22,9 +23,16 @@ from aiohttp.web_request import BaseRequest
 
 from .accesslog import FORMAT, ClientAccessLogger, redact
 
-
-_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "too_large",
-          414: "uri_too_long", 431: "headers_too_large", 500: "internal_error", 504: "timeout"}
+_CODES = {
+    400: "bad_request",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "too_large",
+    414: "uri_too_long",
+    431: "headers_too_large",
+    500: "internal_error",
+    504: "timeout",
+}
 # the parser quotes the start of the line it refused: the request target (or the whole request
 # line) starts with "/" after an optional method; a header's name or value does not
 _TARGET = re.compile(rb"^(?:[A-Z]+ )?(?:/|\*|https?://)")
@@ -76,8 +84,9 @@ def protocol_error(status: int, exc: BaseException | None) -> tuple[int, str, st
 class JsonErrorHandler(RequestHandler):
     """aiohttp's connection handler, answering the errors it handles itself as JSON."""
 
-    def handle_error(self, request: BaseRequest, status: int = 500, exc: BaseException | None = None,
-                     message: str | None = None) -> web.StreamResponse:
+    def handle_error(
+        self, request: BaseRequest, status: int = 500, exc: BaseException | None = None, message: str | None = None
+    ) -> web.StreamResponse:
         if isinstance(exc, HttpProcessingError):  # the client's mistake: no traceback
             self.logger.info("refused a malformed request from %s: %s", request.remote, redact(exc.message))
         else:  # logs the traceback; raises ConnectionError once response bytes went out
@@ -103,6 +112,10 @@ class GatewayRunner(web.AppRunner):
 
     async def _make_server(self) -> web.Server:
         base = await super()._make_server()
-        return JsonErrorServer(base.request_handler, request_factory=base.request_factory,
-                               handler_cancellation=base.handler_cancellation, loop=base._loop,
-                               **base._kwargs)
+        return JsonErrorServer(
+            base.request_handler,
+            request_factory=base.request_factory,
+            handler_cancellation=base.handler_cancellation,
+            loop=base._loop,
+            **base._kwargs,
+        )

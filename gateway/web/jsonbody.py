@@ -7,6 +7,7 @@ UTF-8. Every route and channel that reads a client's JSON decodes it here, so th
 those is the client's error, never a 500 or a dropped socket. Bodies are decoded from their
 bytes (JSON is UTF-8), never through a charset the request names.
 """
+
 from __future__ import annotations
 
 import json

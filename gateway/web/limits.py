@@ -21,6 +21,7 @@ only its own column, so a worker that dies takes nothing with it: the supervisor
 column (``clear_worker``) before the replacement starts. A worker killed while it held the lock
 would leave it taken; whoever then waits ``LOCK_TIMEOUT_S`` for it goes on and frees it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -28,7 +29,8 @@ import hashlib
 import logging
 import multiprocessing
 from collections import Counter
-from typing import Any, Iterator, Protocol
+from collections.abc import Iterator
+from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +86,9 @@ class LocalSlots:
 
 def client_key(client: str) -> int:
     """A 64-bit key for ``client``'s row; never 0 (a row never used)."""
-    key = int.from_bytes(hashlib.blake2b(client.encode("utf-8", "replace"), digest_size=8).digest(), "little",
-                         signed=True)
+    key = int.from_bytes(
+        hashlib.blake2b(client.encode("utf-8", "replace"), digest_size=8).digest(), "little", signed=True
+    )
     return key or 1
 
 
@@ -101,7 +104,7 @@ class SharedLimits:
         self.keys: Any = ctx.RawArray("q", clients)  # 0: a row never used
         self.counts: Any = ctx.RawArray("q", clients * workers)  # row r, worker w: [r * workers + w]
 
-    def for_worker(self, worker: int) -> "WorkerSlots":
+    def for_worker(self, worker: int) -> WorkerSlots:
         if not 0 <= worker < self.workers:
             raise ValueError(f"worker slot {worker} outside 0..{self.workers - 1}")
         return WorkerSlots(self, worker)
@@ -128,7 +131,7 @@ class SharedLimits:
         return int(sum(self.active_by_worker))
 
     def row_total(self, row: int) -> int:
-        return int(sum(self.counts[row * self.workers:(row + 1) * self.workers]))
+        return int(sum(self.counts[row * self.workers : (row + 1) * self.workers]))
 
     def row_of(self, key: int, *, insert: bool) -> int | None:
         """``key``'s row among the first ``PROBES`` from its hash; with ``insert``, the first

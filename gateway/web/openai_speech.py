@@ -16,12 +16,14 @@
   is encoded (``openai_stream``); false returns the whole file (MP3 with its Info frame, FLAC
   with its length). ``stream_format``: ``audio`` (the default) or ``sse`` (OpenAI's events).
 """
+
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
-from typing import Any, AsyncGenerator, Mapping
+from typing import Any
 
 from aiohttp import web
 
@@ -29,24 +31,32 @@ from ..audio.containers import CONTAINERS, ContainerEncoder, encode_whole
 from ..audio.encoders import CONTENT_TYPES, Encoder, encode_all, make_encoder
 from ..audio.info import add_info_frame
 from ..audio.resample import at_rate
-from ..core import batch
 from ..config import Settings
-from ..engines.base import Engine
-from ..errors import BadRequest, quoted
-from .jsonbody import decode_object
-from .openai_stream import stream_audio, stream_sse, usage
+from ..core import batch
 from ..core.options import StreamOptions, check_bitrate, check_sample_rate, parse_bool, parse_options
 from ..core.speakable import speakable
-from .state import GATEWAY, Gateway
+from ..engines.base import Engine
+from ..errors import BadRequest, quoted
 from ..kokoro.voicecatalog import OPENAI_VOICES
+from .jsonbody import decode_object
+from .openai_stream import stream_audio, stream_sse, usage
+from .state import GATEWAY, Gateway
 
 MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts", "kokoro")
 RESPONSE_FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm", "ulaw", "alaw")
 STREAM_FORMATS = ("audio", "sse")
 OPENAI_MIN_SPEED, OPENAI_MAX_SPEED = 0.25, 4.0
 # OpenAI's names -> the gateway's encoders ("opus" is Opus in Ogg here, as OpenAI sends it)
-_ENCODER_FORMAT = {"opus": "ogg", "aac": "aac", "flac": "flac", "mp3": "mp3", "wav": "wav", "pcm": "pcm",
-                   "ulaw": "ulaw", "alaw": "alaw"}
+_ENCODER_FORMAT = {
+    "opus": "ogg",
+    "aac": "aac",
+    "flac": "flac",
+    "mp3": "mp3",
+    "wav": "wav",
+    "pcm": "pcm",
+    "ulaw": "ulaw",
+    "alaw": "alaw",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,8 +100,9 @@ def _speed(body: Mapping[str, Any], engine: Engine) -> float:
     if isinstance(raw, bool) or not isinstance(raw, (int, float)) or raw != raw:
         raise BadRequest(f"`speed` must be a number, got {quoted(raw)}", code="invalid_option")
     if not OPENAI_MIN_SPEED <= raw <= OPENAI_MAX_SPEED:
-        raise BadRequest(f"`speed` must be between {OPENAI_MIN_SPEED} and {OPENAI_MAX_SPEED}, "
-                         f"got {raw}", code="invalid_speed")
+        raise BadRequest(
+            f"`speed` must be between {OPENAI_MIN_SPEED} and {OPENAI_MAX_SPEED}, got {raw}", code="invalid_speed"
+        )
     caps = engine.capabilities
     return min(caps.max_speed, max(caps.min_speed, float(raw)))  # what the engine can do
 
@@ -104,25 +115,35 @@ def parse_speech(body: Any, settings: Settings, engine: Engine) -> SpeechRequest
     if not isinstance(text, str) or not text.strip():
         raise BadRequest("`input` must be a non-empty string", code="empty_input")
     if not speakable(text):  # decided before synthesis: never a 200 without audio
-        raise BadRequest("`input` has nothing to speak: no letter or digit, only punctuation, "
-                         "symbols, emoji or control characters", code="nothing_to_speak")
+        raise BadRequest(
+            "`input` has nothing to speak: no letter or digit, only punctuation, symbols, emoji or control characters",
+            code="nothing_to_speak",
+        )
     model = _string(body, "model")
     if model is not None and model not in MODELS:
-        raise BadRequest(f"unknown model {quoted(model)}; choose one of {', '.join(MODELS)} "
-                         "(all run Kokoro-82M)", code="unknown_model")
+        raise BadRequest(
+            f"unknown model {quoted(model)}; choose one of {', '.join(MODELS)} (all run Kokoro-82M)",
+            code="unknown_model",
+        )
     _string(body, "instructions")  # accepted, ignored: Kokoro takes no style prompt
     fmt = (_string(body, "response_format") or "mp3").lower()
     if fmt not in RESPONSE_FORMATS:
-        raise BadRequest(f"unknown response_format {quoted(fmt)}; choose one of "
-                         f"{', '.join(RESPONSE_FORMATS)}", code="unknown_format")
+        raise BadRequest(
+            f"unknown response_format {quoted(fmt)}; choose one of {', '.join(RESPONSE_FORMATS)}", code="unknown_format"
+        )
     stream_format = _string(body, "stream_format") or "audio"
     if stream_format not in STREAM_FORMATS:
-        raise BadRequest(f"stream_format must be 'audio' (chunked audio) or 'sse' (OpenAI's "
-                         f"speech.audio.delta events), got {quoted(stream_format)}", code="invalid_option")
+        raise BadRequest(
+            f"stream_format must be 'audio' (chunked audio) or 'sse' (OpenAI's "
+            f"speech.audio.delta events), got {quoted(stream_format)}",
+            code="invalid_option",
+        )
     stream = parse_bool(True if body.get("stream") is None else body["stream"], "stream")
     if stream_format == "sse" and not stream:
-        raise BadRequest("stream_format 'sse' always streams: drop `stream: false`, or ask for "
-                         "stream_format 'audio'", code="invalid_option")
+        raise BadRequest(
+            "stream_format 'sse' always streams: drop `stream: false`, or ask for stream_format 'audio'",
+            code="invalid_option",
+        )
     fields = {"text": text, "voice": _voice(body, engine), "speed": _speed(body, engine), "format": "pcm"}
     for name in ("vocoder", "cache"):  # the gateway's own options, as on the other routes
         if name in body:
@@ -157,8 +178,13 @@ def _payloads(req: SpeechRequest, gw: Gateway) -> AsyncGenerator[bytes, None]:
     channels (a listener's schedule, shared synthesis, the cache)."""
     fmt = _ENCODER_FORMAT[req.response_format]
     options = dataclasses.replace(req.options, format=fmt)  # the packetizer cuts by this format
-    return batch.drain(gw.hub, options, gw.settings, live=True,
-                       encoder=lambda: at_rate(_encoder(fmt, req.options), gw.engine.sample_rate))
+    return batch.drain(
+        gw.hub,
+        options,
+        gw.settings,
+        live=True,
+        encoder=lambda: at_rate(_encoder(fmt, req.options), gw.engine.sample_rate),
+    )
 
 
 async def speech(request: web.Request) -> web.StreamResponse:
@@ -166,8 +192,12 @@ async def speech(request: web.Request) -> web.StreamResponse:
     body = decode_object(await request.read())
     await gw.wait_ready()  # voices are known once the engine has loaded
     req = parse_speech(body, gw.settings, gw.engine)
-    headers = {"Content-Type": req.content_type, "X-Speed-Applied": f"{req.options.speed:g}",
-               "X-Voice": req.options.voice, "X-Sample-Rate": str(req.options.sample_rate)}
+    headers = {
+        "Content-Type": req.content_type,
+        "X-Speed-Applied": f"{req.options.speed:g}",
+        "X-Voice": req.options.voice,
+        "X-Sample-Rate": str(req.options.sample_rate),
+    }
     # a session like the channels': queued past the active ones, refused (503 + Retry-After)
     # past the queue, for as long as the audio is being made and, streamed, sent
     async with gw.admission.session(request.remote or "?"):

@@ -12,18 +12,20 @@ SSE is OpenAI's own form (``stream_format: "sse"``): bare ``data:`` lines of JSO
 line ends, ``{"type": "speech.audio.delta", "audio": <base64>}`` per payload (whole MP3
 frames in each) and finally ``{"type": "speech.audio.done", "usage": {...}}``.
 """
+
 from __future__ import annotations
 
 import base64
 import json
 import logging
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from aiohttp import web
 from aiohttp_sse import EventSourceResponse
 
-from ..errors import SlowClient
 from ..core.pipeline import error_event
+from ..errors import SlowClient
 from .slowclient import cut_off, send_limits
 
 log = logging.getLogger(__name__)
@@ -35,8 +37,9 @@ def usage(text: str) -> dict[str, int]:
     return {"input_tokens": len(text), "output_tokens": 0, "total_tokens": len(text)}
 
 
-async def stream_audio(request: web.Request, payloads: AsyncIterator[bytes],
-                       headers: dict[str, str]) -> web.StreamResponse:
+async def stream_audio(
+    request: web.Request, payloads: AsyncIterator[bytes], headers: dict[str, str]
+) -> web.StreamResponse:
     """Each payload written as it comes (chunked transfer)."""
     first = await anext(payloads)  # before the status: an error here is the route's JSON error
     response = web.StreamResponse(headers=headers)
@@ -65,8 +68,9 @@ def _data(fields: dict[str, Any]) -> str:
     return json.dumps(fields, separators=(",", ":"))
 
 
-async def stream_sse(request: web.Request, payloads: AsyncIterator[bytes], headers: dict[str, str],
-                     done_usage: dict[str, int]) -> web.StreamResponse:
+async def stream_sse(
+    request: web.Request, payloads: AsyncIterator[bytes], headers: dict[str, str], done_usage: dict[str, int]
+) -> web.StreamResponse:
     """``speech.audio.delta`` per payload, then ``speech.audio.done`` (or ``error``)."""
     first = await anext(payloads)
     async with EventSourceResponse(headers=headers, sep="\n", allow_all_methods=True) as resp:
@@ -82,8 +86,13 @@ async def stream_sse(request: web.Request, payloads: AsyncIterator[bytes], heade
     return resp
 
 
-async def _events(request: web.Request, resp: EventSourceResponse, first: bytes,
-                  payloads: AsyncIterator[bytes], done_usage: dict[str, int]) -> None:
+async def _events(
+    request: web.Request,
+    resp: EventSourceResponse,
+    first: bytes,
+    payloads: AsyncIterator[bytes],
+    done_usage: dict[str, int],
+) -> None:
     async def send(fields: dict[str, Any]) -> None:
         async with send_limits(request):  # a reader that stops is cut off
             await resp.send(_data(fields))

@@ -13,11 +13,13 @@ The scheme the client used (``X-Forwarded-Proto``, or ``proto=`` of the client's
 element) becomes ``request.scheme``, so the Origin check knows that a page was served over
 https by a TLS-terminating proxy.
 """
+
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware

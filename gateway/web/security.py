@@ -6,17 +6,18 @@ browsers cannot set headers on EventSource or WebSocket), or on the WebSocket as
 subprotocols ``token, <token>`` (the server answers ``token``). Query values are redacted in the
 access log (``accesslog.py``); no credential ever appears in a response or an error message.
 """
+
 from __future__ import annotations
 
 import hmac
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from yarl import URL
 
-from . import tokens
 from ..config import Settings
 from ..errors import Forbidden, Unauthorized, quoted
+from . import tokens
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -39,8 +40,12 @@ def ws_protocol_token(request: web.BaseRequest) -> str:
 
 
 def credential(request: web.BaseRequest) -> str:
-    return (_bearer(request) or request.query.get("token", "") or request.query.get("access_token", "")
-            or ws_protocol_token(request))
+    return (
+        _bearer(request)
+        or request.query.get("token", "")
+        or request.query.get("access_token", "")
+        or ws_protocol_token(request)
+    )
 
 
 def _same(given: str, secret: str) -> bool:

@@ -6,11 +6,12 @@ a client more than ``send_queue_bytes`` behind, or one that takes longer than
 so the stream is cut (the transport aborted) and counted under ``tts_errors{code="slow_client"}``;
 its session ends, which stops its synthesis and frees its admission slot.
 """
+
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 from aiohttp import web
 

@@ -1,4 +1,5 @@
 """What the application holds, under one typed ``web.AppKey`` (no module-level state)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -7,13 +8,13 @@ from typing import Protocol
 
 from aiohttp import web
 
-from .admission import Admission
 from ..agent import Agent
 from ..config import Settings
+from ..core.synthesis import SynthesisHub
 from ..engines.base import Engine
 from ..errors import NotReady
 from ..metrics import Metrics
-from ..core.synthesis import SynthesisHub
+from .admission import Admission
 
 
 class OpenChannel(Protocol):

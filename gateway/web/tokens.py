@@ -13,6 +13,7 @@ itself), compared in constant time. Every character is URL-safe and valid in a W
 subprotocol. Faults: 401 ``invalid_token`` (malformed, tampered, another key), 401
 ``token_expired``, 403 ``insufficient_scope`` (a route outside its scope, minting included).
 """
+
 from __future__ import annotations
 
 import base64
@@ -56,8 +57,9 @@ def _sign(key: bytes, body: str) -> str:
     return _b64(hmac.new(key, body.encode("ascii"), hashlib.sha256).digest())
 
 
-def mint(key: bytes, *, ttl_s: float = DEFAULT_TTL_S, scope: frozenset[str] = frozenset(SCOPES),
-         now: float | None = None) -> tuple[str, int]:
+def mint(
+    key: bytes, *, ttl_s: float = DEFAULT_TTL_S, scope: frozenset[str] = frozenset(SCOPES), now: float | None = None
+) -> tuple[str, int]:
     """A signed token for ``scope`` that expires ``ttl_s`` from ``now``: (token, expires_at)."""
     expires_at = int((time.time() if now is None else now) + ttl_s)
     names = "all" if set(scope) >= set(SCOPES) else "-".join(s for s in SCOPES if s in scope)
@@ -74,8 +76,12 @@ def verify(key: bytes, token: str, *, now: float | None = None) -> Grant:
     appears in the message)."""
     body, _, signature = token.rpartition(".")
     parts = body.split(".")
-    if not token.isascii() or len(parts) != 4 or parts[0] != VERSION or not hmac.compare_digest(
-            signature.encode("ascii"), _sign(key, body).encode("ascii")):
+    if (
+        not token.isascii()
+        or len(parts) != 4
+        or parts[0] != VERSION
+        or not hmac.compare_digest(signature.encode("ascii"), _sign(key, body).encode("ascii"))
+    ):
         raise Unauthorized("the token is malformed, altered or signed with another key", code="invalid_token")
     _, expires, names, _nonce = parts
     if not (expires.isascii() and expires.isdigit()):
@@ -89,11 +95,14 @@ def check_scope(grant: Grant, path: str) -> None:
     """``Forbidden`` (403 ``insufficient_scope``) unless ``path`` is one of the grant's routes."""
     scope = ROUTE_SCOPES.get(path)
     if scope is None:
-        raise Forbidden(f"a browser token does not open {quoted(path)}; it needs the server's auth_token",
-                        code="insufficient_scope")
+        raise Forbidden(
+            f"a browser token does not open {quoted(path)}; it needs the server's auth_token", code="insufficient_scope"
+        )
     if scope not in grant.scope:
-        raise Forbidden(f"this token's scope ({', '.join(sorted(grant.scope))}) does not include {quoted(scope)}",
-                        code="insufficient_scope")
+        raise Forbidden(
+            f"this token's scope ({', '.join(sorted(grant.scope))}) does not include {quoted(scope)}",
+            code="insufficient_scope",
+        )
 
 
 def parse_request(body: object) -> tuple[float, frozenset[str]]:
@@ -115,12 +124,19 @@ async def handle_mint(request: web.Request) -> web.Response:
     """``POST /v1/tokens``: the auth middleware let only the server's own ``auth_token`` in."""
     settings = request.app[GATEWAY].settings
     if not settings.auth_token:
-        raise BadRequest("browser tokens need auth_token set on the server (without it every route is open)",
-                         code="auth_disabled")
+        raise BadRequest(
+            "browser tokens need auth_token set on the server (without it every route is open)", code="auth_disabled"
+        )
     raw = await request.read()
     body = decode_object(raw) if raw.strip() else {}
     ttl_s, scope = parse_request(body)
     token, expires_at = mint(derive_key(settings.auth_token), ttl_s=ttl_s, scope=scope)
-    return web.json_response({"token": token, "expires_at": expires_at, "expires_in": int(ttl_s),
-                              "scope": [s for s in SCOPES if s in scope]},
-                             headers={"Cache-Control": "no-store"})
+    return web.json_response(
+        {
+            "token": token,
+            "expires_at": expires_at,
+            "expires_in": int(ttl_s),
+            "scope": [s for s in SCOPES if s in scope],
+        },
+        headers={"Cache-Control": "no-store"},
+    )

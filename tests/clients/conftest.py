@@ -9,15 +9,16 @@ it the first audio frame, so first audio before the last segment is synthesized 
 order, not a timing threshold. Run with ``--confcutdir=tests/clients`` (the suite's own
 conftest needs the gateway's dependencies).
 """
+
 from __future__ import annotations
 
 import asyncio
 import importlib.util
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 

@@ -4,6 +4,7 @@ Every sentence of a reply names its client, so none is a repeat the gateway's ca
 serve without synthesis (and so without the gate); the gate word is in the last sentence,
 after a few seconds of audio.
 """
+
 from __future__ import annotations
 
 RATE = 24000
@@ -11,9 +12,11 @@ WORD_SAMPLES = 5760  # the fake engine: 180 ms of tone and 60 ms of silence a wo
 
 
 def reply(client: str) -> str:
-    return (f"Thanks for waiting, I have checked the {client} account for you. "
-            f"Your {client} order shipped this morning from our warehouse in Ohio. "
-            f"The Zebra will bring the {client} parcel on Thursday.")
+    return (
+        f"Thanks for waiting, I have checked the {client} account for you. "
+        f"Your {client} order shipped this morning from our warehouse in Ohio. "
+        f"The Zebra will bring the {client} parcel on Thursday."
+    )
 
 
 def expected_samples(text: str, rate: int = RATE) -> int:

@@ -2,6 +2,7 @@
 its default model (``gpt-4o-mini-tts``, which asks for OpenAI's SSE events) and ``tts-1``
 (raw audio, MP3 and PCM). Each decodes the whole reply and hears its first frame while the
 reply's last segment is still held back by the fake engine's gate."""
+
 from __future__ import annotations
 
 import asyncio
@@ -35,11 +36,14 @@ async def speak(tts: lk_openai.TTS, text: str, gate: Gate) -> tuple[int, set[int
     return samples, rates
 
 
-@pytest.mark.parametrize("options", [
-    pytest.param({}, id="default-model-sse"),
-    pytest.param({"model": "tts-1"}, id="tts-1-mp3"),
-    pytest.param({"model": "tts-1", "response_format": "pcm"}, id="tts-1-pcm"),
-])
+@pytest.mark.parametrize(
+    "options",
+    [
+        pytest.param({}, id="default-model-sse"),
+        pytest.param({"model": "tts-1"}, id="tts-1-mp3"),
+        pytest.param({"model": "tts-1", "response_format": "pcm"}, id="tts-1-pcm"),
+    ],
+)
 async def test_livekit_openai_tts_streams_the_whole_reply(gateway: Gateway, gate: Gate, options: dict) -> None:
     text = reply("livekit " + "-".join(f"{k}={v}" for k, v in options.items()))
     tts = lk_openai.TTS(base_url=gateway.url + "/v1", api_key="unused", **options)

@@ -1,6 +1,7 @@
 """Pipecat's ``OpenAITTSService`` (``pipecat-ai``), unchanged but for ``base_url``, in a real
 ``Pipeline`` (a ``PipelineWorker`` run by a ``WorkerRunner``): the whole reply arrives as PCM audio frames, the
 first of them while the reply's last segment is still held back by the fake engine's gate."""
+
 from __future__ import annotations
 
 import asyncio

@@ -2,6 +2,7 @@
 
 ``make test`` runs them with ``.venv312``; under an older Python they are not collected.
 """
+
 from __future__ import annotations
 
 import sys

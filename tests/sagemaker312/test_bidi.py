@@ -6,26 +6,28 @@ CA through the engine's CRT transport. The stand-in decodes the signed event-str
 the SDK's own codecs and relays every PayloadPart to a REAL model container subprocess
 (``run_gateway.py container --engine fake``) over its WebSocket, and every container frame back.
 """
+
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
 import time
-from typing import Any, AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import aiohttp
 import pytest
 
-from gateway.config import Settings
+from bench.client import ws_stream
 from gateway.audio.decode import decode_mp3
 from gateway.audio.mp3 import is_whole_frames
-from bench.client import ws_stream
+from gateway.config import Settings
+from gateway.core.segmenter import split_text
 from gateway.engines.fake import FakeEngine
 from gateway.engines.sagemaker import SageMakerEngine, SageMakerOptions, crt_transport
 from gateway.errors import EngineError
 from tests.support.sagemaker_stub import Stub, TlsFiles, make_test_certs, serve_bidi
-from gateway.core.segmenter import split_text
 
 from ..conftest import fake_settings, free_port
 from ..test_container import Container, running_container
@@ -57,8 +59,9 @@ def slow_container() -> Iterator[Container]:
 
 
 @contextlib.asynccontextmanager
-async def bidi_service(c: Container, certs: TlsFiles, max_part_bytes: int = 0,
-                       port: int = 0) -> AsyncIterator[tuple[Stub, str]]:
+async def bidi_service(
+    c: Container, certs: TlsFiles, max_part_bytes: int = 0, port: int = 0
+) -> AsyncIterator[tuple[Stub, str]]:
     """The stand-in on a loopback port over TLS: (its state, its https URL)."""
     stub = Stub(c.url, endpoints=frozenset({ENDPOINT}), max_part_bytes=max_part_bytes)
     port, stop = port or free_port(), asyncio.Event()
@@ -95,8 +98,7 @@ async def slow_service(slow_container: Container, certs: TlsFiles) -> AsyncItera
 
 
 def stream_engine(url: str, certs: TlsFiles, endpoint: str = ENDPOINT) -> SageMakerEngine:
-    options = SageMakerOptions(endpoint=endpoint, mode="stream", endpoint_url=url, ca_file=str(certs.ca),
-                               voices=VOICES)
+    options = SageMakerOptions(endpoint=endpoint, mode="stream", endpoint_url=url, ca_file=str(certs.ca), voices=VOICES)
     return SageMakerEngine(fake_settings(sagemaker_endpoint=endpoint), options)
 
 
@@ -110,12 +112,18 @@ async def sdk_client(url: str, certs: TlsFiles) -> Any:
 
 async def open_stream(client: Any, *parts: tuple[bytes, str]) -> tuple[Any, Any]:
     from aws_sdk_sagemaker_runtime_http2.models import (
-        InvokeEndpointWithBidirectionalStreamInput, RequestPayloadPart, RequestStreamEventPayloadPart)
+        InvokeEndpointWithBidirectionalStreamInput,
+        RequestPayloadPart,
+        RequestStreamEventPayloadPart,
+    )
 
     stream = await client.invoke_endpoint_with_bidirectional_stream(
-        InvokeEndpointWithBidirectionalStreamInput(endpoint_name=ENDPOINT))
+        InvokeEndpointWithBidirectionalStreamInput(endpoint_name=ENDPOINT)
+    )
     for data, kind in parts:
-        await stream.input_stream.send(RequestStreamEventPayloadPart(value=RequestPayloadPart(bytes_=data, data_type=kind)))
+        await stream.input_stream.send(
+            RequestStreamEventPayloadPart(value=RequestPayloadPart(bytes_=data, data_type=kind))
+        )
     _, output = await stream.await_output()
     return stream, output
 
@@ -130,8 +138,14 @@ async def test_sdk_parts_out_and_back(container: Container, certs: TlsFiles) -> 
     async with bidi_service(container, certs, max_part_bytes=4096) as (stub, url):
         client = await sdk_client(url, certs)
         try:
-            stream, output = await open_stream(client, *control(
-                {"type": "start", "format": "pcm", "voice": "tone_b"}, {"type": "text", "text": text}, {"type": "end"}))
+            stream, output = await open_stream(
+                client,
+                *control(
+                    {"type": "start", "format": "pcm", "voice": "tone_b"},
+                    {"type": "text", "text": text},
+                    {"type": "end"},
+                ),
+            )
             events, pcm, states = [], bytearray(), []
             while True:
                 part = (await output.receive()).value
@@ -188,10 +202,13 @@ async def test_engine_streams_each_segment_on_its_own_stream(container: Containe
     assert stub.stats.streams == len(texts) and stub.stats.parts_in == 3 * len(texts)
 
 
-async def test_gateway_speaks_through_the_bidirectional_stream(service: tuple[Stub, str], certs: TlsFiles,
-                                                              start_server, http: aiohttp.ClientSession) -> None:
+async def test_gateway_speaks_through_the_bidirectional_stream(
+    service: tuple[Stub, str], certs: TlsFiles, start_server, http: aiohttp.ClientSession
+) -> None:
     stub, url = service
-    server = await start_server(fake_settings(engine="sagemaker", sagemaker_endpoint=ENDPOINT), stream_engine(url, certs))
+    server = await start_server(
+        fake_settings(engine="sagemaker", sagemaker_endpoint=ENDPOINT), stream_engine(url, certs)
+    )
     result = await ws_stream(http, server.ws_url, text=REPLY, options={"voice": "tone_b"})
     assert result.done is not None and result.error is None, result.events
     segments = split_text(REPLY, first_clause_words=Settings().first_clause_words)
@@ -201,25 +218,36 @@ async def test_gateway_speaks_through_the_bidirectional_stream(service: tuple[St
     assert abs(len(decode_mp3(result.audio)) / 24000 - expected) < 0.1
 
 
-async def test_errors_reach_the_browser_with_their_codes(service: tuple[Stub, str], certs: TlsFiles, start_server,
-                                                        http: aiohttp.ClientSession) -> None:
+async def test_errors_reach_the_browser_with_their_codes(
+    service: tuple[Stub, str], certs: TlsFiles, start_server, http: aiohttp.ClientSession
+) -> None:
     stub, url = service
-    server = await start_server(fake_settings(engine="sagemaker", sagemaker_endpoint=ENDPOINT), stream_engine(url, certs))
+    server = await start_server(
+        fake_settings(engine="sagemaker", sagemaker_endpoint=ENDPOINT), stream_engine(url, certs)
+    )
     # the container's own error event (a voice it lacks), relayed as a UTF8 PayloadPart
     bad_voice = await ws_stream(http, server.ws_url, text="Hello there.", options={"voice": "tone_x"})
     # the service refusing the stream: InputValidationError, ErrorCode ValidationError
-    other = await start_server(fake_settings(engine="sagemaker", sagemaker_endpoint="nowhere"),
-                               stream_engine(url, certs, endpoint="nowhere"))
+    other = await start_server(
+        fake_settings(engine="sagemaker", sagemaker_endpoint="nowhere"), stream_engine(url, certs, endpoint="nowhere")
+    )
     no_endpoint = await ws_stream(http, other.ws_url, text="Hello there.")
     assert bad_voice.error is not None and bad_voice.error["code"] == "unknown_voice", bad_voice.events
     assert no_endpoint.error is not None and no_endpoint.error["code"] == "ValidationError", no_endpoint.events
     assert "nowhere" in no_endpoint.error["message"] and no_endpoint.done is None
 
 
-async def test_barge_in_closes_the_containers_socket(slow_container: Container, slow_service: tuple[Stub, str],
-                                                     certs: TlsFiles, start_server, http: aiohttp.ClientSession) -> None:
+async def test_barge_in_closes_the_containers_socket(
+    slow_container: Container,
+    slow_service: tuple[Stub, str],
+    certs: TlsFiles,
+    start_server,
+    http: aiohttp.ClientSession,
+) -> None:
     stub, url = slow_service
-    server = await start_server(fake_settings(engine="sagemaker", sagemaker_endpoint=ENDPOINT), stream_engine(url, certs))
+    server = await start_server(
+        fake_settings(engine="sagemaker", sagemaker_endpoint=ENDPOINT), stream_engine(url, certs)
+    )
     result = await ws_stream(http, server.ws_url, text=REPLY, cancel_after_payloads=1, timeout=20)
     assert result.of("cancelled") and result.done is None, result.events
     deadline = time.monotonic() + 3
@@ -229,10 +257,16 @@ async def test_barge_in_closes_the_containers_socket(slow_container: Container, 
 
 
 async def test_container_crash_reaches_the_browser_as_model_stream_error(
-        slow_container: Container, slow_service: tuple[Stub, str], certs: TlsFiles, start_server,
-        http: aiohttp.ClientSession) -> None:
+    slow_container: Container,
+    slow_service: tuple[Stub, str],
+    certs: TlsFiles,
+    start_server,
+    http: aiohttp.ClientSession,
+) -> None:
     stub, url = slow_service
-    server = await start_server(fake_settings(engine="sagemaker", sagemaker_endpoint=ENDPOINT), stream_engine(url, certs))
+    server = await start_server(
+        fake_settings(engine="sagemaker", sagemaker_endpoint=ENDPOINT), stream_engine(url, certs)
+    )
     async with http.ws_connect(server.ws_url) as ws:
         for message in ({"type": "start"}, {"type": "text", "text": REPLY}, {"type": "end"}):
             await ws.send_json(message)

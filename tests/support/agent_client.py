@@ -1,9 +1,11 @@
 """A WebSocket client that holds a conversation with the gateway's agent, turn by turn."""
+
 from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import aiohttp
 
@@ -16,8 +18,14 @@ class Talk:
         self.ws = ws
         self.seen: list[tuple[str, dict[str, Any]]] = []  # everything, all turns
 
-    async def turn(self, prompt: str, *, on_audio: Callable[[], Any] | None = None, cancel_on_audio: bool = False,
-                   deadline_s: float = 30.0) -> list[tuple[str, dict[str, Any]]]:
+    async def turn(
+        self,
+        prompt: str,
+        *,
+        on_audio: Callable[[], Any] | None = None,
+        cancel_on_audio: bool = False,
+        deadline_s: float = 30.0,
+    ) -> list[tuple[str, dict[str, Any]]]:
         await self.ws.send_json({"type": "prompt", "prompt": prompt})
         events: list[tuple[str, dict[str, Any]]] = []
         async with asyncio.timeout(deadline_s):  # a hang fails the test instead of stalling it
@@ -58,8 +66,9 @@ def heard(events: list[tuple[str, dict[str, Any]]]) -> str:
     return " ".join(out)
 
 
-async def fails_then_recovers(http: aiohttp.ClientSession, ws_url: str, replies: list[Any], failing: Any,
-                              code: str) -> dict[str, Any]:
+async def fails_then_recovers(
+    http: aiohttp.ClientSession, ws_url: str, replies: list[Any], failing: Any, code: str
+) -> dict[str, Any]:
     """On one socket, a turn the agent's stand-in answers with ``failing`` (queued on its
     ``replies``, then "Back again." after it), which must end in an ``error`` of ``code``, then
     one that works: a failed turn never ends the conversation. The failed turn's ``error`` body."""

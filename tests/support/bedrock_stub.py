@@ -9,6 +9,7 @@ metadata) or an ``exception`` (``:exception-type`` such as modelStreamErrorExcep
 Requests must be SigV4-signed for the ``bedrock`` service (signatures are not verified: no
 secrets here). Service errors before the stream are HTTP errors with ``x-amzn-ErrorType``.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -36,13 +37,16 @@ def encode_message(headers: dict[str, str], payload: bytes) -> bytes:
 
 
 def event(kind: str, body: dict[str, Any]) -> bytes:
-    return encode_message({":event-type": kind, ":content-type": "application/json", ":message-type": "event"},
-                          json.dumps(body).encode())
+    return encode_message(
+        {":event-type": kind, ":content-type": "application/json", ":message-type": "event"}, json.dumps(body).encode()
+    )
 
 
 def exception(kind: str, message: str) -> bytes:
-    return encode_message({":exception-type": kind, ":content-type": "application/json", ":message-type": "exception"},
-                          json.dumps({"message": message}).encode())
+    return encode_message(
+        {":exception-type": kind, ":content-type": "application/json", ":message-type": "exception"},
+        json.dumps({"message": message}).encode(),
+    )
 
 
 @dataclass
@@ -104,12 +108,25 @@ class ConverseStub:
             await resp.write(event("contentBlockDelta", {"delta": {"text": token}, "contentBlockIndex": 0}))
         await resp.write(event("contentBlockStop", {"contentBlockIndex": 0}))
         await resp.write(event("messageStop", {"stopReason": "end_turn"}))
-        await resp.write(event("metadata", {"usage": {"inputTokens": 1, "outputTokens": len(reply.tokens),
-                                                      "totalTokens": 1 + len(reply.tokens)},
-                                            "metrics": {"latencyMs": 1}}))
+        await resp.write(
+            event(
+                "metadata",
+                {
+                    "usage": {
+                        "inputTokens": 1,
+                        "outputTokens": len(reply.tokens),
+                        "totalTokens": 1 + len(reply.tokens),
+                    },
+                    "metrics": {"latencyMs": 1},
+                },
+            )
+        )
         await resp.write_eof()
 
 
 def _error(status: int, kind: str, message: str) -> web.Response:
-    return web.Response(status=status, body=json.dumps({"message": message}).encode(),
-                        headers={"x-amzn-ErrorType": kind, "Content-Type": "application/json"})
+    return web.Response(
+        status=status,
+        body=json.dumps({"message": message}).encode(),
+        headers={"x-amzn-ErrorType": kind, "Content-Type": "application/json"},
+    )

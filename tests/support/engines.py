@@ -1,4 +1,5 @@
 """Fake-engine subclasses that tests share (real subclasses, not mocks)."""
+
 from __future__ import annotations
 
 import asyncio

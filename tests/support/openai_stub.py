@@ -8,6 +8,7 @@ releases it, fail with a status, hang before its first token, or cut the connect
 A wrong or missing key gets 401 with a body that echoes the key it was given, as OpenAI's does:
 the gateway must keep that out of everything it sends and logs.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -95,8 +96,13 @@ async def _first(*waits: Any) -> None:
 
 
 def _chunk(model: str, delta: dict[str, str], finish: str | None) -> dict[str, Any]:
-    return {"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 0, "model": model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return {
+        "id": "chatcmpl-test",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
 
 
 def _event(body: dict[str, Any]) -> bytes:
@@ -104,5 +110,6 @@ def _event(body: dict[str, Any]) -> bytes:
 
 
 def _error(status: int, message: str, code: str) -> web.Response:
-    return web.json_response({"error": {"message": message, "type": "invalid_request_error", "code": code}},
-                             status=status)
+    return web.json_response(
+        {"error": {"message": message, "type": "invalid_request_error", "code": code}}, status=status
+    )

@@ -25,6 +25,7 @@ verified (no secrets here). The event-stream codecs are the SDK's own, so this m
 bidirectional half needs the ``sagemaker-http2`` extra (Python 3.12+); the batch half needs
 only aiohttp.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -36,9 +37,10 @@ import json
 import logging
 import re
 import ssl
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -102,9 +104,11 @@ def make_invocations_app(stub: Stub) -> web.Application:
                 data, status, kind = await resp.read(), resp.status, resp.content_type
         if status >= 400:
             headers, body = _error_body(
-                "ModelError", f"Received client error ({status}) from primary with message "
-                f"\"{data.decode(errors='replace')}\".", OriginalStatusCode=status,
-                OriginalMessage=data.decode(errors="replace"))
+                "ModelError",
+                f'Received client error ({status}) from primary with message "{data.decode(errors="replace")}".',
+                OriginalStatusCode=status,
+                OriginalMessage=data.decode(errors="replace"),
+            )
             return web.Response(status=424, headers=headers, body=body)
         return web.Response(body=data, headers={"Content-Type": kind, "x-Amzn-Invoked-Production-Variant": VARIANT})
 
@@ -139,9 +143,13 @@ class BidiApp:
         if not _signed(headers.get("authorization", "")):
             return await self._fail(send, 403, "MissingAuthenticationTokenException", "Missing Authentication Token")
         if match.group(1) not in self.stub.endpoints:
-            return await self._fail(send, 400, "InputValidationError",
-                                    f"Endpoint {match.group(1)} of account 000000000000 not found.",
-                                    ErrorCode="ValidationError")
+            return await self._fail(
+                send,
+                400,
+                "InputValidationError",
+                f"Endpoint {match.group(1)} of account 000000000000 not found.",
+                ErrorCode="ValidationError",
+            )
         path = headers.get("x-amzn-sagemaker-model-invocation-path", CONTAINER_STREAM.lstrip("/"))
         query = headers.get("x-amzn-sagemaker-model-query-string")
         url = self.stub.container.replace("http", "ws", 1) + "/" + path + (f"?{query}" if query else "")
@@ -151,8 +159,16 @@ class BidiApp:
             except (aiohttp.ClientError, OSError) as exc:
                 return await self._fail(send, 424, "ModelError", f"cannot reach the model container: {exc}")
             self.stub.stats.streams += 1
-            await send({"type": "http.response.start", "status": 200, "headers": [
-                (b"content-type", EVENT_STREAM.encode()), (b"x-amzn-invoked-production-variant", VARIANT.encode())]})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [
+                        (b"content-type", EVENT_STREAM.encode()),
+                        (b"x-amzn-invoked-production-variant", VARIANT.encode()),
+                    ],
+                }
+            )
             inbound = asyncio.create_task(self._pump_in(ws, receive))
             try:
                 await self._pump_out(ws, send)
@@ -166,8 +182,13 @@ class BidiApp:
 
     async def _fail(self, send: Send, status: int, kind: str, message: str, **extra: Any) -> None:
         headers, body = _error_body(kind, message, **extra)
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+            }
+        )
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
     async def _pump_in(self, ws: aiohttp.ClientWebSocketResponse, receive: Receive) -> None:
@@ -211,7 +232,8 @@ class BidiApp:
 
         inner = Event.decode(io.BytesIO(signed_payload))
         event = _RequestStreamEventDeserializer().deserialize(
-            EventDeserializer(event=inner, payload_codec=self.codec, is_client_mode=False))
+            EventDeserializer(event=inner, payload_codec=self.codec, is_client_mode=False)
+        )
         part = event.value
         self.stub.stats.parts_in += 1
         data = part.bytes_ or b""
@@ -223,7 +245,11 @@ class BidiApp:
     async def _pump_out(self, ws: aiohttp.ClientWebSocketResponse, send: Send) -> None:
         """Container frames -> PayloadParts until the socket closes; an error close -> ModelStreamError."""
         from aws_sdk_sagemaker_runtime_http2.models import (
-            ModelStreamError, ResponsePayloadPart, ResponseStreamEventModelStreamError, ResponseStreamEventPayloadPart)
+            ModelStreamError,
+            ResponsePayloadPart,
+            ResponseStreamEventModelStreamError,
+            ResponseStreamEventPayloadPart,
+        )
 
         async for msg in ws:
             if msg.type == aiohttp.WSMsgType.TEXT:
@@ -238,15 +264,16 @@ class BidiApp:
                 self.stub.stats.parts_out += 1
         if ws.close_code not in (None, aiohttp.WSCloseCode.OK):
             self.stub.stats.stream_errors.append("StreamBroken")
-            error = ModelStreamError(message=f"the model container closed the stream (WebSocket {ws.close_code})",
-                                     error_code="StreamBroken")
+            error = ModelStreamError(
+                message=f"the model container closed the stream (WebSocket {ws.close_code})", error_code="StreamBroken"
+            )
             await self._send_event(send, ResponseStreamEventModelStreamError(value=error))
 
     def _split(self, data: bytes) -> list[tuple[bytes, str]]:
         size = self.stub.max_part_bytes
         if size <= 0 or len(data) <= size:
             return [(data, "COMPLETE")]
-        pieces = [data[i:i + size] for i in range(0, len(data), size)]
+        pieces = [data[i : i + size] for i in range(0, len(data), size)]
         return [(p, "PARTIAL") for p in pieces[:-1]] + [(pieces[-1], "COMPLETE")]
 
     async def _send_event(self, send: Send, event: Any) -> None:
@@ -288,8 +315,9 @@ def _tolerate_late_data() -> None:
     H2Protocol._handle_events = handle_events  # type: ignore[method-assign]
 
 
-async def serve_bidi(stub: Stub, port: int, certs: "TlsFiles", host: str = "127.0.0.1",
-                     stop: asyncio.Event | None = None) -> None:
+async def serve_bidi(
+    stub: Stub, port: int, certs: TlsFiles, host: str = "127.0.0.1", stop: asyncio.Event | None = None
+) -> None:
     """Serve ``BidiApp`` with hypercorn over TLS (HTTP/2 by ALPN) until ``stop`` is set."""
     from hypercorn.asyncio import serve
     from hypercorn.config import Config
@@ -323,27 +351,38 @@ def make_test_certs(folder: Path, hostname: str = "localhost") -> TlsFiles:
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
 
     def build(subject: str, issuer: x509.Name | None, key: Any, sign_key: Any, ca: bool) -> x509.Certificate:
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
-        builder = (x509.CertificateBuilder().subject_name(name).issuer_name(issuer or name)
-                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
-                   .not_valid_before(now - datetime.timedelta(minutes=5))
-                   .not_valid_after(now + datetime.timedelta(days=1))
-                   .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-                   .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False))
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(issuer or name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        )
         if ca:
-            builder = builder.add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False),
-                                            critical=True)
+            builder = builder.add_extension(
+                x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True
+            )
         else:
-            builder = (builder
-                       .add_extension(x509.SubjectAlternativeName([x509.DNSName(hostname),
-                                                                   x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                                      critical=False)
-                       .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-                       .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(sign_key.public_key()),
-                                      critical=False))
+            builder = (
+                builder.add_extension(
+                    x509.SubjectAlternativeName(
+                        [x509.DNSName(hostname), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+                    ),
+                    critical=False,
+                )
+                .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+                .add_extension(
+                    x509.AuthorityKeyIdentifier.from_issuer_public_key(sign_key.public_key()), critical=False
+                )
+            )
         return builder.sign(sign_key, hashes.SHA256())
 
     ca_key, server_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
@@ -353,6 +392,9 @@ def make_test_certs(folder: Path, hostname: str = "localhost") -> TlsFiles:
     certs = TlsFiles(folder / "ca.pem", folder / "server.pem", folder / "server-key.pem")
     certs.ca.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
     certs.cert.write_bytes(server_cert.public_bytes(serialization.Encoding.PEM))
-    certs.key.write_bytes(server_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                   serialization.NoEncryption()))
+    certs.key.write_bytes(
+        server_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
     return certs

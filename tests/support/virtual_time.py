@@ -10,17 +10,19 @@ For in-process work only (no sockets: a peer on real time would see the clock ra
 ``looptime`` does the same as a pytest plugin bound to pytest-asyncio's loop; a runner of our
 own lets a plain test own its loop and its clock.
 """
+
 from __future__ import annotations
 
 import asyncio
 import selectors
-from typing import Any, Awaitable, Callable, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 
 class _Skipping(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
-    def __init__(self, loop: "VirtualTimeLoop") -> None:
+    def __init__(self, loop: VirtualTimeLoop) -> None:
         super().__init__()
         self._virtual = loop
 

@@ -11,14 +11,16 @@ rebuilt when it does not match. Nothing is downloaded and nothing is committed.
 ``onnx`` is imported only to build; reading a cached graph needs neither it nor the build time
 (a few seconds each on two cores).
 """
+
 from __future__ import annotations
 
 import hashlib
 import logging
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import onnx
@@ -51,8 +53,9 @@ def check_precision(precision: str) -> None:
         raise ValueError(f"embedded_precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
 
 
-def graph_bytes(precision: str, shipped: Callable[[], bytes], shipped_sha256: str,
-                folder: str = "") -> tuple[bytes, str]:
+def graph_bytes(
+    precision: str, shipped: Callable[[], bytes], shipped_sha256: str, folder: str = ""
+) -> tuple[bytes, str]:
     """The model for ``precision`` and its SHA-256: ``shipped()`` (the int8 bytes, checked
     against ``shipped_sha256``) for int8, else the cached float graph, or one built from
     ``shipped()`` now and cached."""
@@ -81,7 +84,7 @@ def build(int8: bytes, precision: str) -> bytes:
     return model.SerializeToString()
 
 
-def to_fp16(model: "onnx.ModelProto") -> "onnx.ModelProto":
+def to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
     """Half precision where the time goes: the vocoder's convolutions and matrix products
     (weights stored in fp16, a cast of the input before each and of the output after it);
     everything between them (norms, activations), the text side, the harmonic source and the
@@ -108,8 +111,9 @@ def to_fp16(model: "onnx.ModelProto") -> "onnx.ModelProto":
                 value = numpy_helper.to_array(inits[name]).astype("float16")
                 graph.initializer.append(numpy_helper.from_array(value, halves[name]))
             else:
-                nodes.append(helper.make_node("Cast", [name], [halves[name]], to=TensorProto.FLOAT16,
-                                              name=f"{name}/to_fp16"))
+                nodes.append(
+                    helper.make_node("Cast", [name], [halves[name]], to=TensorProto.FLOAT16, name=f"{name}/to_fp16")
+                )
         return halves[name]
 
     for node in list(graph.node):
@@ -121,14 +125,16 @@ def to_fp16(model: "onnx.ModelProto") -> "onnx.ModelProto":
         node.input[:] = [half(i) if i else i for i in node.input]
         node.output[0] = halves[result] = f"{result}/fp16"  # a heavy consumer takes it as is
         nodes.append(node)
-        nodes.append(helper.make_node("Cast", [node.output[0]], [result], to=TensorProto.FLOAT, name=f"{result}/to_fp32"))
+        nodes.append(
+            helper.make_node("Cast", [node.output[0]], [result], to=TensorProto.FLOAT, name=f"{result}/to_fp32")
+        )
     del graph.node[:]
     graph.node.extend(nodes)
     prune(out)
     return out
 
 
-def _source_and_output_path(graph: "onnx.GraphProto") -> list[str]:
+def _source_and_output_path(graph: onnx.GraphProto) -> list[str]:
     """The generator's nodes that make the harmonic source's spectrum (ratios of tiny
     numbers: inf in half precision) and everything after ``conv_post`` (exp, the iSTFT)."""
     producer = {o: n for n in graph.node for o in n.output}

@@ -16,6 +16,7 @@ quantized initializer's name without ``_quantized``; most are the torch paramete
 (``gateway.kokoro.floatgraph.torch_weights`` relies on that). Whatever the rewrite leaves unused
 (the activation quantizers, the runtime bias quantization) is dropped.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -121,8 +122,13 @@ def _conv(g: Graph, node: onnx.NodeProto) -> onnx.NodeProto:
     weight = _dequantized(g, node, g.weight_scale(mul, cast.output[0]), axis=0)
     name = g.add_weight(float_name(node.input[1]), weight)
     inputs = [_source(g, node), name, *([bias] if bias else [])]
-    return helper.make_node("Conv", inputs, [mul.output[0]], name=node.name,
-                            **{a.name: helper.get_attribute_value(a) for a in node.attribute})
+    return helper.make_node(
+        "Conv",
+        inputs,
+        [mul.output[0]],
+        name=node.name,
+        **{a.name: helper.get_attribute_value(a) for a in node.attribute},
+    )
 
 
 def _lstm(g: Graph, node: onnx.NodeProto) -> onnx.NodeProto:
@@ -136,8 +142,13 @@ def _lstm(g: Graph, node: onnx.NodeProto) -> onnx.NodeProto:
     inputs = [ins[0], *weights, *ins[3:8]]
     while inputs and not inputs[-1]:
         inputs.pop()
-    return helper.make_node("LSTM", inputs, list(node.output), name=node.name,
-                            **{a.name: helper.get_attribute_value(a) for a in node.attribute})
+    return helper.make_node(
+        "LSTM",
+        inputs,
+        list(node.output),
+        name=node.name,
+        **{a.name: helper.get_attribute_value(a) for a in node.attribute},
+    )
 
 
 def _gather(g: Graph, node: onnx.NodeProto) -> onnx.NodeProto:
@@ -147,8 +158,13 @@ def _gather(g: Graph, node: onnx.NodeProto) -> onnx.NodeProto:
     table = g.array(gather.input[0]).astype(np.float32)
     table = (table - g.array(node.input[2]).astype(np.float32)) * g.array(node.input[1]).astype(np.float32)
     name = g.add_weight(float_name(gather.input[0]), table)
-    return helper.make_node("Gather", [name, gather.input[1]], [node.output[0]], name=gather.name,
-                            **{a.name: helper.get_attribute_value(a) for a in gather.attribute})
+    return helper.make_node(
+        "Gather",
+        [name, gather.input[1]],
+        [node.output[0]],
+        name=gather.name,
+        **{a.name: helper.get_attribute_value(a) for a in gather.attribute},
+    )
 
 
 REWRITES = {"MatMulInteger": _matmul, "ConvInteger": _conv, "DynamicQuantizeLSTM": _lstm, "DequantizeLinear": _gather}

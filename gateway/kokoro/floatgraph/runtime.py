@@ -7,16 +7,20 @@ onnxruntime built on the CPU anyway (it does so, with only a log line, when the 
 or the device are missing). On CUDA, calls go through IO binding (``BoundSession``): inputs are
 copied to the device once and outputs come back to host memory in one copy each.
 """
+
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 PROVIDERS = ("cpu", "cuda")
 CUDA = "CUDAExecutionProvider"
-CUDA_HINT = ("embedded_provider=cuda needs onnxruntime-gpu (pip uninstall -y onnxruntime && "
-             "pip install onnxruntime-gpu) and a CUDA device")
+CUDA_HINT = (
+    "embedded_provider=cuda needs onnxruntime-gpu (pip uninstall -y onnxruntime && "
+    "pip install onnxruntime-gpu) and a CUDA device"
+)
 
 
 class ProviderUnavailable(ValueError):
@@ -32,8 +36,9 @@ def check_provider(provider: str) -> None:
 
         available = ort.get_available_providers()
         if CUDA not in available:
-            raise ProviderUnavailable(f"{CUDA_HINT}; this onnxruntime {ort.__version__} offers only "
-                                      f"{', '.join(available)}")
+            raise ProviderUnavailable(
+                f"{CUDA_HINT}; this onnxruntime {ort.__version__} offers only {', '.join(available)}"
+            )
 
 
 def make_session(model: Any, threads: int, provider: str = "cpu", weights: Any = None) -> Any:
@@ -60,8 +65,10 @@ def make_session(model: Any, threads: int, provider: str = "cpu", weights: Any =
     data = model if isinstance(model, bytes) else model.SerializeToString()
     session = ort.InferenceSession(data, sess_options=opts, providers=[CUDA, "CPUExecutionProvider"])
     if session.get_providers()[0] != CUDA:
-        raise ProviderUnavailable(f"{CUDA_HINT}; onnxruntime could not start CUDA here "
-                                  f"(session providers: {', '.join(session.get_providers())})")
+        raise ProviderUnavailable(
+            f"{CUDA_HINT}; onnxruntime could not start CUDA here "
+            f"(session providers: {', '.join(session.get_providers())})"
+        )
     return BoundSession(session)
 
 

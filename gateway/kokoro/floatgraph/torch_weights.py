@@ -21,9 +21,11 @@ and the affine part of the ``AdaIN1d`` instance norms (identity: the export fold
 They are filled with what the graph computes: zeros for the pooler, ones and zeros for the
 norms (``UNUSED``).
 """
+
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import onnx
@@ -32,15 +34,33 @@ from onnx import numpy_helper
 # Kokoro-82M's config.json, less its vocab (the shipped vocab is added)
 CONFIG: dict[str, Any] = {
     "istftnet": {
-        "upsample_kernel_sizes": [20, 12], "upsample_rates": [10, 6], "gen_istft_hop_size": 5,
-        "gen_istft_n_fft": 20, "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5], [1, 3, 5]],
-        "resblock_kernel_sizes": [3, 7, 11], "upsample_initial_channel": 512,
+        "upsample_kernel_sizes": [20, 12],
+        "upsample_rates": [10, 6],
+        "gen_istft_hop_size": 5,
+        "gen_istft_n_fft": 20,
+        "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5], [1, 3, 5]],
+        "resblock_kernel_sizes": [3, 7, 11],
+        "upsample_initial_channel": 512,
     },
-    "dim_in": 64, "dropout": 0.2, "hidden_dim": 512, "max_conv_dim": 512, "max_dur": 50,
-    "multispeaker": True, "n_layer": 3, "n_mels": 80, "n_token": 178, "style_dim": 128,
+    "dim_in": 64,
+    "dropout": 0.2,
+    "hidden_dim": 512,
+    "max_conv_dim": 512,
+    "max_dur": 50,
+    "multispeaker": True,
+    "n_layer": 3,
+    "n_mels": 80,
+    "n_token": 178,
+    "style_dim": 128,
     "text_encoder_kernel_size": 5,
-    "plbert": {"hidden_size": 768, "num_attention_heads": 12, "intermediate_size": 2048,
-               "max_position_embeddings": 512, "num_hidden_layers": 12, "dropout": 0.1},
+    "plbert": {
+        "hidden_size": 768,
+        "num_attention_heads": 12,
+        "intermediate_size": 2048,
+        "max_position_embeddings": 512,
+        "num_hidden_layers": 12,
+        "dropout": 0.1,
+    },
 }
 MODULES = ("bert", "bert_encoder", "predictor", "text_encoder", "decoder")  # the .pth's top level
 UNUSED = {"bert.pooler.weight": 0.0, "bert.pooler.bias": 0.0, ".norm.weight": 1.0, ".norm.bias": 0.0}
@@ -152,11 +172,11 @@ class Mapper:
                 self.put(f"{module}.weight_ih{suffix}", gates(w[d], hidden))
                 self.put(f"{module}.weight_hh{suffix}", gates(r[d], hidden))
                 self.put(f"{module}.bias_ih{suffix}", gates(b[d, : 4 * hidden], hidden))
-                self.put(f"{module}.bias_hh{suffix}", gates(b[d, 4 * hidden:], hidden))
+                self.put(f"{module}.bias_hh{suffix}", gates(b[d, 4 * hidden :], hidden))
 
 
 def gates(value: np.ndarray, hidden: int) -> np.ndarray:
-    blocks = [value[k * hidden:(k + 1) * hidden] for k in range(4)]
+    blocks = [value[k * hidden : (k + 1) * hidden] for k in range(4)]
     return np.concatenate([blocks[k] for k in ONNX_GATES_TO_TORCH])
 
 

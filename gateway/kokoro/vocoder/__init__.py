@@ -3,6 +3,7 @@
 See docs/STREAMING_VOCODER.md for the measurements behind the design. Heavy imports (onnx,
 onnxruntime) happen only when a vocoder is built.
 """
+
 from __future__ import annotations
 
 from .calibrate import default_cache_dir

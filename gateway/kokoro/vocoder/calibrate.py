@@ -11,6 +11,7 @@ in its own ``.npz`` whose name carries the model's SHA-256, the voice and ``VERS
 model or a change to this recipe never reads a stale file, and a voice is calibrated only
 when it is first used.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -19,8 +20,9 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -40,16 +42,21 @@ SENTENCES = (
     "ˌI ʧˈɛkt jʊɹ əkˈWnt, ænd ˈɛvəɹiθˌɪŋ lˈʊks fˈIn, bˌʌt ðə nˈɛkst pˈAmᵊnt ɪz dˈu ɪn tˈu "
     "wˈiks, sˌO plˈiz kˈip sˌʌm mˈʌni ɪn ɪt.",
     "wˌɪʧ wˈʌn wʊd ju lˈIk?",
-    "hˈɪɹ ɪz hˌW tə sˈɛt ˌʌp ðə pɹˈɪntəɹ: plˈʌɡ ɪt ˈɪn, tˈɜɹn ɪt ˌɔn, ænd ˈOpᵊn ðə sˈɛTɪŋz "
-    "ˌɔn jʊɹ lˈæptˌɑp.",
+    "hˈɪɹ ɪz hˌW tə sˈɛt ˌʌp ðə pɹˈɪntəɹ: plˈʌɡ ɪt ˈɪn, tˈɜɹn ɪt ˌɔn, ænd ˈOpᵊn ðə sˈɛTɪŋz ˌɔn jʊɹ lˈæptˌɑp.",
 )
 
 Stats = dict[str, np.ndarray]
 Encode = Callable[[list[int], np.ndarray, float], tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 
-def measure(probe: Any, features: np.ndarray, f0: np.ndarray, energy: np.ndarray,
-            style: np.ndarray, statistics: Sequence[Statistic]) -> Stats:
+def measure(
+    probe: Any,
+    features: np.ndarray,
+    f0: np.ndarray,
+    energy: np.ndarray,
+    style: np.ndarray,
+    statistics: Sequence[Statistic],
+) -> Stats:
     """Every statistic the exact vocoder computes on this input (one probe run)."""
     names = [s.name for s in statistics]
     crop = np.array([0, f0.shape[1]], np.int64)
@@ -69,8 +76,7 @@ def _quant_params(lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
     return np.array(scale, np.float32), np.array(zero_point, np.uint8)
 
 
-def pool(samples: Sequence[Stats], weights: Sequence[float],
-         statistics: Sequence[Statistic]) -> Stats:
+def pool(samples: Sequence[Stats], weights: Sequence[float], statistics: Sequence[Statistic]) -> Stats:
     """One set of statistics standing for all ``samples`` (weights: their lengths)."""
     w = np.asarray(weights, np.float64) / float(np.sum(weights))
     out: Stats = {}
@@ -94,10 +100,15 @@ class Stopped(Exception):
     """Calibration was asked to stop (the engine is closing)."""
 
 
-def calibrate(encode: Encode, probe: Any, statistics: Sequence[Statistic],
-              voices: Mapping[str, np.ndarray], vocab: Mapping[str, int],
-              sentences: Sequence[str] = SENTENCES, stop: threading.Event | None = None,
-              ) -> dict[str, Stats]:
+def calibrate(
+    encode: Encode,
+    probe: Any,
+    statistics: Sequence[Statistic],
+    voices: Mapping[str, np.ndarray],
+    vocab: Mapping[str, int],
+    sentences: Sequence[str] = SENTENCES,
+    stop: threading.Event | None = None,
+) -> dict[str, Stats]:
     """Pooled statistics for each voice over ``sentences`` (phoneme strings).
 
     ``stop``, once set, ends the work at the next sentence with ``Stopped``.

@@ -16,14 +16,16 @@ the encoder's energy curve, so no compute goes into the silence the model pads w
   exact vocoder needs for the rest of the sentence; then one exact call for the rest, joined
   with a short cross-fade. Streams as early as ``frozen``; most of the sentence is exact.
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
-from .names import CROP, ENERGY, F0, FEATURES, HARMONICS, PHASE_OFFSET
+from .names import CROP, DURATIONS, ENERGY, F0, FEATURES, HARMONICS, PHASE_OFFSET
 
 SAMPLE_RATE = 24000
 FRAME = 600  # samples per feature frame (40 frames a second); F0 and energy have two per frame
@@ -46,16 +48,26 @@ class Encoded:
         return int(self.features.shape[2])
 
     def window(self, start: int, stop: int) -> dict[str, np.ndarray]:
-        return {FEATURES: self.features[:, :, start:stop], F0: self.f0[:, 2 * start:2 * stop],
-                ENERGY: self.energy[:, 2 * start:2 * stop]}
+        return {
+            FEATURES: self.features[:, :, start:stop],
+            F0: self.f0[:, 2 * start : 2 * stop],
+            ENERGY: self.energy[:, 2 * start : 2 * stop],
+        }
 
 
 @dataclass(frozen=True, slots=True)
 class Policy:
     """How a sentence is cut: chunk sizes in frames, context, cross-fades, when to go exact."""
 
-    sizes: tuple[int, ...] = (6, 8, 12, 16, 24, 32, 48)  # chunk shapes; the first opens
+    # chunk shapes; the first opens. The large ones run only once the lead covers them: each
+    # chunk pays 2 x ``context`` frames and a call's fixed cost, so fewer, larger ones cost less
+    sizes: tuple[int, ...] = (6, 8, 12, 16, 24, 32, 48, 64, 96)
     adaptive: bool = True  # pick each next size by measured speed (else: in order, last repeats)
+    # once the first chunk is out, the rest of the segment in one call when the engine is
+    # predicted too slow for any chunking to keep a real-time player fed (a stall is certain):
+    # the least engine time (no context, one call's fixed cost), though the player's wait then
+    # comes in one longer piece (docs/STREAMING_VOCODER.md); frozen-first's call is its exact rest
+    batch_rest: bool = True
     context: int = 4  # generator frames computed and dropped each side of a chunk
     # left context of a segment's opening chunk, which starts in the model's lead silence:
     # there 2 frames come as close to a wide window as 4 (measured: tests/test_vocoder.py),
@@ -108,13 +120,15 @@ def fade(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 class ChunkRunner:
     """Runs the frozen and exact vocoders on windows of one encoded segment."""
 
-    def __init__(self, frozen: Any, exact: Any, enc: Encoded, style: np.ndarray,
-                 stats: Mapping[str, np.ndarray], policy: Policy) -> None:
+    def __init__(
+        self, frozen: Any, exact: Any, enc: Encoded, style: np.ndarray, stats: Mapping[str, np.ndarray], policy: Policy
+    ) -> None:
         self.frozen, self.exact, self.enc = frozen, exact, enc
         self.style, self.stats, self.policy = style, stats, policy
 
-    def run(self, start: int, stop: int, *, exact: bool, to_end: bool = False, lead: int = 0,
-            left: int | None = None) -> tuple[np.ndarray, int]:
+    def run(
+        self, start: int, stop: int, *, exact: bool, to_end: bool = False, lead: int = 0, left: int | None = None
+    ) -> tuple[np.ndarray, int]:
         """Audio for frames [start, stop), with ``lead`` samples before them (at most a frame),
         and the generator window's length in frames.
 
@@ -143,4 +157,21 @@ class ChunkRunner:
             feeds.update(self.stats)
             audio = self.frozen.run(None, feeds)[0]
         audio = np.asarray(audio, np.float32).reshape(-1)
-        return audio[(start - lo) * FRAME - lead:(stop - lo) * FRAME], hi - lo
+        return audio[(start - lo) * FRAME - lead : (stop - lo) * FRAME], hi - lo
+
+
+def encode_segment(session: Any, tokens: list[int], style: np.ndarray, speed: float) -> Encoded:
+    features, f0, energy, durations = session.run(
+        [FEATURES, F0, ENERGY, DURATIONS],
+        {
+            "tokens": np.array([[0, *tokens, 0]], dtype=np.int64),
+            "style": np.asarray(style, np.float32).reshape(1, 256),
+            "speed": np.array([speed], dtype=np.float32),
+        },
+    )
+    return Encoded(
+        np.asarray(features, np.float32),
+        np.asarray(f0, np.float32),
+        np.asarray(energy, np.float32),
+        np.asarray(durations).ravel().astype(np.int64),
+    )

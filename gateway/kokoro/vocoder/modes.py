@@ -4,6 +4,7 @@ One name each, shared by the engines that declare them (``Capabilities.vocoder_m
 core that picks one per segment (``core/listener.py``) and the wire (``vocoder`` option and
 the ``ready`` event), where they travel as their string values.
 """
+
 from __future__ import annotations
 
 from enum import StrEnum
@@ -21,3 +22,8 @@ MODES: tuple[VocoderMode, ...] = tuple(VocoderMode)
 #: held equal by a test: config may not import this layer). A reply's mode is then resolved
 #: once, from what the engine declares: ``engines/base.Capabilities.vocoder_for``.
 DEFAULT: VocoderMode = VocoderMode.FROZEN_FIRST
+
+
+def check_mode(mode: str) -> None:
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}")

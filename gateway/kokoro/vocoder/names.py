@@ -2,6 +2,7 @@
 
 Kept apart from ``split`` so that using a built vocoder never imports the ``onnx`` package.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

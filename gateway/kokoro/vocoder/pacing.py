@@ -5,6 +5,7 @@ small fixed set, so every shape's cost is learned after a few calls) and shared 
 stream of one ``StreamingVocoder``. A stream tracks how much audio it has produced beyond
 what a player that started at its first chunk has played.
 """
+
 from __future__ import annotations
 
 import threading

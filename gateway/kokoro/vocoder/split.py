@@ -24,6 +24,7 @@ Models made here (all from the one shipped graph, in memory):
 
 Tensor names are the ones the shipped export uses; another export fails in ``find_boundary``.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -33,8 +34,19 @@ import onnx
 from onnx import TensorProto, helper
 
 from .names import (
-    CROP, CUMSUM, DECODER, DURATIONS, ENERGY, F0, FEATURES, GENERATOR, HARMONICS, PHASE_OFFSET, Statistic,
+    CROP,
+    CUMSUM,
+    DECODER,
+    DURATIONS,
+    ENERGY,
+    F0,
+    FEATURES,
+    GENERATOR,
+    HARMONICS,
+    PHASE_OFFSET,
+    Statistic,
 )
+
 
 @dataclass(frozen=True, slots=True)
 class Split:
@@ -56,8 +68,7 @@ def _float_input(name: str, shape: Sequence[int | str | None]) -> onnx.ValueInfo
     return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
 
 
-def extract(model: onnx.ModelProto, inputs: list[onnx.ValueInfoProto],
-            outputs: list[str]) -> onnx.ModelProto:
+def extract(model: onnx.ModelProto, inputs: list[onnx.ValueInfoProto], outputs: list[str]) -> onnx.ModelProto:
     """The subgraph computing ``outputs`` from ``inputs`` (and initializers), nodes in order."""
     graph = model.graph
     producer = {out: n for n in graph.node for out in n.output}
@@ -78,10 +89,12 @@ def extract(model: onnx.ModelProto, inputs: list[onnx.ValueInfoProto],
     nodes = [n for n in graph.node if id(n) in keep]
     used = {i for n in nodes for i in n.input}
     outs = [helper.make_empty_tensor_value_info(o) for o in outputs]
-    new = helper.make_graph(nodes, graph.name, inputs, outs,
-                            initializer=[t for t in graph.initializer if t.name in used])
-    return helper.make_model(new, opset_imports=model.opset_import, ir_version=model.ir_version,
-                             producer_name="gateway.vocoder")
+    new = helper.make_graph(
+        nodes, graph.name, inputs, outs, initializer=[t for t in graph.initializer if t.name in used]
+    )
+    return helper.make_model(
+        new, opset_imports=model.opset_import, ir_version=model.ir_version, producer_name="gateway.vocoder"
+    )
 
 
 def _generator_nodes(graph: onnx.GraphProto) -> set[int]:
@@ -90,8 +103,7 @@ def _generator_nodes(graph: onnx.GraphProto) -> set[int]:
     inside: set[int] = set()
     produced: set[str] = set()
     for node in graph.node:
-        named = any(n.startswith((GENERATOR, "decoder.decoder.generator."))
-                    for n in (node.name, *node.output))
+        named = any(n.startswith((GENERATOR, "decoder.decoder.generator.")) for n in (node.name, *node.output))
         if named or any(i in produced for i in node.input):
             inside.add(id(node))
             produced.update(node.output)
@@ -120,21 +132,38 @@ def _add_crop(graph: onnx.GraphProto) -> None:
     producer = {out: n for n in graph.node for out in n.output}
     inside = _generator_nodes(graph)
     generator = [n for n in graph.node if id(n) in inside]
-    crossing = sorted({i for n in generator for i in n.input
-                       if i in timed and i in producer and id(producer[i]) not in inside})
+    crossing = sorted(
+        {i for n in generator for i in n.input if i in timed and i in producer and id(producer[i]) not in inside}
+    )
     if len(crossing) != 2:  # the front's output and F0, nothing else
         raise ValueError(f"unexpected tensors between decoder front and generator: {crossing}")
-    consts = [helper.make_node("Constant", [], ["/vocoder/crop/axes"], name="/vocoder/crop/axes",
-                               value=helper.make_tensor("axes", TensorProto.INT64, [1], [2])),
-              helper.make_node("Split", [CROP], ["/vocoder/crop/start", "/vocoder/crop/stop"],
-                               name="/vocoder/crop/split", axis=0, num_outputs=2)]
+    consts = [
+        helper.make_node(
+            "Constant",
+            [],
+            ["/vocoder/crop/axes"],
+            name="/vocoder/crop/axes",
+            value=helper.make_tensor("axes", TensorProto.INT64, [1], [2]),
+        ),
+        helper.make_node(
+            "Split",
+            [CROP],
+            ["/vocoder/crop/start", "/vocoder/crop/stop"],
+            name="/vocoder/crop/split",
+            axis=0,
+            num_outputs=2,
+        ),
+    ]
     slices = {}
     for name in crossing:
         cropped = name + "/cropped"
         _rename_inputs(generator, name, cropped)
         slices[name] = helper.make_node(
-            "Slice", [name, "/vocoder/crop/start", "/vocoder/crop/stop", "/vocoder/crop/axes"],
-            [cropped], name=f"/vocoder/crop/{name}")
+            "Slice",
+            [name, "/vocoder/crop/start", "/vocoder/crop/stop", "/vocoder/crop/axes"],
+            [cropped],
+            name=f"/vocoder/crop/{name}",
+        )
     ordered = list(consts)
     for node in graph.node:  # each slice right after its input's producer: still sorted
         ordered.append(node)
@@ -154,8 +183,7 @@ def _statistics(graph: onnx.GraphProto) -> list[tuple[onnx.NodeProto, Statistic,
             kind = "var" if node.name.endswith("ReduceMean_2") else "mean"
             i = norms.setdefault(node.name.rsplit("/", 1)[0], len(norms))
             found.append((node, Statistic(f"norm.{i:03d}.{kind}", kind, node.name), 0))
-    quantizers = [n for n in graph.node
-                  if n.op_type == "DynamicQuantizeLinear" and n.input[0] in timed]
+    quantizers = [n for n in graph.node if n.op_type == "DynamicQuantizeLinear" and n.input[0] in timed]
     for i, node in enumerate(quantizers):  # style-only quantizers stay dynamic: no time axis
         found.append((node, Statistic(f"quant.{i:03d}.scale", "scale", node.name), 1))
         found.append((node, Statistic(f"quant.{i:03d}.zero_point", "zero_point", node.name), 2))
@@ -178,8 +206,9 @@ def _freeze(vocoder: onnx.ModelProto) -> onnx.ModelProto:
         graph.input.append(_float_input(stat.name, shape))
         if stat.kind == "scale":  # a QuantizeLinear with the given scale takes the node's place
             zero_point = stat.name.removesuffix("scale") + "zero_point"
-            swap[id(node)] = helper.make_node("QuantizeLinear", [node.input[0], stat.name, zero_point],
-                                              [node.output[0]], name=node.name + "/frozen")
+            swap[id(node)] = helper.make_node(
+                "QuantizeLinear", [node.input[0], stat.name, zero_point], [node.output[0]], name=node.name + "/frozen"
+            )
         else:
             drop.add(id(node))
     kept = [swap.get(id(n), n) for n in nodes if id(n) not in drop]
@@ -194,8 +223,7 @@ def _add_phase_offset(graph: onnx.GraphProto) -> None:
     shifted = CUMSUM + "/shifted"
     _rename_inputs(list(graph.node), CUMSUM, shifted)
     at = next(k for k, n in enumerate(graph.node) if CUMSUM in n.output)
-    graph.node.insert(at + 1, helper.make_node("Add", [CUMSUM, PHASE_OFFSET], [shifted],
-                                               name="/vocoder/phase_offset"))
+    graph.node.insert(at + 1, helper.make_node("Add", [CUMSUM, PHASE_OFFSET], [shifted], name="/vocoder/phase_offset"))
     graph.input.append(_float_input(PHASE_OFFSET, [1, 1, HARMONICS]))
 
 
@@ -205,8 +233,9 @@ def _probe(vocoder: onnx.ModelProto) -> tuple[onnx.ModelProto, tuple[Statistic, 
     graph = model.graph
     found = _statistics(graph)
     for node, stat, index in found:
-        graph.node.append(helper.make_node("Identity", [node.output[index]], [stat.name],
-                                           name=f"/vocoder/probe/{stat.name}"))
+        graph.node.append(
+            helper.make_node("Identity", [node.output[index]], [stat.name], name=f"/vocoder/probe/{stat.name}")
+        )
         graph.output.append(helper.make_empty_tensor_value_info(stat.name))
     return model, tuple(stat for _, stat, _ in found)
 
@@ -217,8 +246,12 @@ def split(model: onnx.ModelProto) -> Split:
     graph = model.graph
     style = next(i for i in graph.input if i.name == "style")
     encoder = extract(model, list(graph.input), [FEATURES, F0, ENERGY, DURATIONS])
-    boundary = [_float_input(FEATURES, [1, 512, "T"]), _float_input(F0, [1, "F"]),
-                _float_input(ENERGY, [1, "F"]), style]
+    boundary = [
+        _float_input(FEATURES, [1, 512, "T"]),
+        _float_input(F0, [1, "F"]),
+        _float_input(ENERGY, [1, "F"]),
+        style,
+    ]
     vocoder = extract(model, boundary, [o.name for o in graph.output])
     _add_crop(vocoder.graph)
     probe, statistics = _probe(vocoder)

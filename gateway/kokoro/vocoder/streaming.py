@@ -5,25 +5,27 @@ in memory (nothing is written but the optional statistics cache), three sessions
 (encoder, exact vocoder that can also report its statistics, frozen vocoder), and each voice's
 statistics are loaded from the cache or calibrated.
 """
+
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from ..parts import load_vocab
 from ..floatgraph.runtime import make_session
 from ..onnx_sessions import SharedWeights
+from ..parts import load_vocab
 from . import calibrate
-from .chunked import FRAME, FRAME_S, ChunkRunner, Encoded, Policy, fade, voiced_span
-from .modes import DEFAULT, MODES, VocoderMode
+from .chunked import FRAME, FRAME_S, ChunkRunner, Encoded, Policy, encode_segment, fade, voiced_span
+from .modes import DEFAULT, VocoderMode, check_mode
+from .names import Statistic
 from .pacing import CostModel, Pacer, first_size, next_size
-from .names import DURATIONS, ENERGY, F0, FEATURES, Statistic
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +48,15 @@ class BuildReport:
 class StreamingVocoder:
     """Encoder once per segment, then the vocoder in chunks; every method blocks."""
 
-    def __init__(self, encoder: Any, exact: Any, frozen: Any,
-                 stats: Mapping[str, Mapping[str, np.ndarray]], statistics: Sequence[Statistic],
-                 policy: Policy = Policy()) -> None:
+    def __init__(
+        self,
+        encoder: Any,
+        exact: Any,
+        frozen: Any,
+        stats: Mapping[str, Mapping[str, np.ndarray]],
+        statistics: Sequence[Statistic],
+        policy: Policy = Policy(),
+    ) -> None:
         self._encoder, self._exact, self._frozen = encoder, exact, frozen
         self._stats = {v: dict(s) for v, s in stats.items()}
         self.statistics = tuple(statistics)
@@ -65,11 +73,21 @@ class StreamingVocoder:
         self.weights: SharedWeights | None = None  # buffers the sessions read (kept alive here)
 
     @classmethod
-    def build(cls, model_bytes: bytes, voices: Mapping[str, np.ndarray], *, threads: int = 2,
-              cache_dir: Path | None = None, vocab: Mapping[str, int] | None = None,
-              policy: Policy = Policy(), calibration: Sequence[str] = calibrate.SENTENCES,
-              stop: threading.Event | None = None, sha256: str | None = None, provider: str = "cpu",
-              weights: SharedWeights | None = None) -> "StreamingVocoder":
+    def build(
+        cls,
+        model_bytes: bytes,
+        voices: Mapping[str, np.ndarray],
+        *,
+        threads: int = 2,
+        cache_dir: Path | None = None,
+        vocab: Mapping[str, int] | None = None,
+        policy: Policy = Policy(),
+        calibration: Sequence[str] = calibrate.SENTENCES,
+        stop: threading.Event | None = None,
+        sha256: str | None = None,
+        provider: str = "cpu",
+        weights: SharedWeights | None = None,
+    ) -> StreamingVocoder:
         """Split ``model_bytes`` (the whole Kokoro ONNX model), make sessions, get statistics.
 
         ``voices`` maps a voice id to its style pack ([510, 1, 256] or [510, 256]); these are
@@ -110,9 +128,15 @@ class StreamingVocoder:
         self.warm_up()
         cached = calibrate_s == 0.0
         self.report = BuildReport(t1 - t0, t2 - t1, calibrate_s, time.perf_counter() - t3, cached)
-        log.info("streaming vocoder built in %.1f s (split %.1f, sessions %.1f, calibration "
-                 "%.1f%s, warm-up %.1f)", self.report.total_s, t1 - t0, t2 - t1, calibrate_s,
-                 " from the cache" if cached else "", self.report.warmup_s)
+        log.info(
+            "streaming vocoder built in %.1f s (split %.1f, sessions %.1f, calibration %.1f%s, warm-up %.1f)",
+            self.report.total_s,
+            t1 - t0,
+            t2 - t1,
+            calibrate_s,
+            " from the cache" if cached else "",
+            self.report.warmup_s,
+        )
         return self
 
     def add_voice(self, voice: str, pack: np.ndarray) -> float:
@@ -130,21 +154,21 @@ class StreamingVocoder:
             return 0.0
 
         def encode(tokens: list[int], style: np.ndarray, speed: float) -> tuple[np.ndarray, ...]:
-            enc = _encode(self._encoder, tokens, style, speed)
+            enc = encode_segment(self._encoder, tokens, style, speed)
             return enc.features, enc.f0, enc.energy
 
         packs = {voice: np.asarray(pack, np.float32).reshape(-1, 256)}
-        calibrated, elapsed = calibrate.timed_calibrate(encode, self._exact, self.statistics, packs,
-                                                        self._vocab, self._sentences, self.stop)
+        calibrated, elapsed = calibrate.timed_calibrate(
+            encode, self._exact, self.statistics, packs, self._vocab, self._sentences, self.stop
+        )
         if path is not None:
             calibrate.save_cached(path, calibrated[voice])
         self._stats[voice] = calibrated[voice]  # one assignment: readers see all of it or nothing
         return max(elapsed, 1e-9)
 
-    def with_policy(self, policy: Policy) -> "StreamingVocoder":
+    def with_policy(self, policy: Policy) -> StreamingVocoder:
         """The same sessions, statistics and measured costs under another policy."""
-        other = StreamingVocoder(self._encoder, self._exact, self._frozen, self._stats,
-                                 self.statistics, policy)
+        other = StreamingVocoder(self._encoder, self._exact, self._frozen, self._stats, self.statistics, policy)
         other.costs, other.exact_costs, other.report = self.costs, self.exact_costs, self.report
         other._digest, other._cache_dir = self._digest, self._cache_dir
         other._vocab, other._sentences, other.stop = self._vocab, self._sentences, self.stop
@@ -162,8 +186,11 @@ class StreamingVocoder:
         voice = next(iter(self._stats))
         p = self.policy
         frames = 2 * p.context + max(p.sizes[:3])
-        enc = Encoded(np.zeros((1, 512, frames), np.float32), np.zeros((1, 2 * frames), np.float32),
-                      np.full((1, 2 * frames), -9.0, np.float32))
+        enc = Encoded(
+            np.zeros((1, 512, frames), np.float32),
+            np.zeros((1, 2 * frames), np.float32),
+            np.full((1, 2 * frames), -9.0, np.float32),
+        )
         runner = self._runner(enc, np.zeros((1, 256), np.float32), voice)
         runner.run(p.context, p.context + p.sizes[0], exact=False, left=p.open_left)  # pays for allocations
         for size in p.sizes[:3]:
@@ -172,7 +199,7 @@ class StreamingVocoder:
             self.costs.observe(window, time.perf_counter() - t0)
 
     def encode(self, tokens: list[int], style: np.ndarray, speed: float) -> Encoded:
-        return _encode(self._encoder, tokens, style, speed)
+        return encode_segment(self._encoder, tokens, style, speed)
 
     def span(self, enc: Encoded) -> tuple[int, int]:
         """The frames [start, stop) of ``enc`` that ``stream_encoded`` yields (the silence
@@ -183,12 +210,26 @@ class StreamingVocoder:
     def _runner(self, enc: Encoded, style: np.ndarray, voice: str) -> ChunkRunner:
         if voice not in self._stats:
             raise ValueError(f"no calibrated statistics for voice {voice!r}")
-        return ChunkRunner(self._frozen, self._exact, enc, np.asarray(style, np.float32).reshape(1, 256),
-                           self._stats[voice], self.policy)
+        return ChunkRunner(
+            self._frozen,
+            self._exact,
+            enc,
+            np.asarray(style, np.float32).reshape(1, 256),
+            self._stats[voice],
+            self.policy,
+        )
 
-    def synthesize_chunks(self, tokens: list[int], style: np.ndarray, speed: float, voice: str, *,
-                          mode: str = DEFAULT, frozen_frames: int | None = None,
-                          buffered_s: float = 0.0) -> Iterator[np.ndarray]:
+    def synthesize_chunks(
+        self,
+        tokens: list[int],
+        style: np.ndarray,
+        speed: float,
+        voice: str,
+        *,
+        mode: str = DEFAULT,
+        frozen_frames: int | None = None,
+        buffered_s: float = 0.0,
+    ) -> Iterator[np.ndarray]:
         """Float32 audio chunks for one segment (``tokens`` without the pad ids).
 
         A generator: nothing runs until the first ``next()``, and each ``next()`` blocks for
@@ -201,33 +242,49 @@ class StreamingVocoder:
         they wait for the first sound). In ``frozen-first`` mode, a segment whose whole exact
         call is predicted to finish within that goes exact in one call: nothing to hurry.
         """
-        _check_mode(mode)
+        check_mode(mode)
         enc = self.encode(tokens, style, speed)
-        yield from self.stream_encoded(enc, style, voice, mode=mode, frozen_frames=frozen_frames,
-                                       buffered_s=buffered_s)
+        yield from self.stream_encoded(enc, style, voice, mode=mode, frozen_frames=frozen_frames, buffered_s=buffered_s)
 
-    def stream_encoded(self, enc: Encoded, style: np.ndarray, voice: str, *,
-                       mode: str = DEFAULT, frozen_frames: int | None = None,
-                       buffered_s: float = 0.0) -> Iterator[np.ndarray]:
+    def stream_encoded(
+        self,
+        enc: Encoded,
+        style: np.ndarray,
+        voice: str,
+        *,
+        mode: str = DEFAULT,
+        frozen_frames: int | None = None,
+        buffered_s: float = 0.0,
+    ) -> Iterator[np.ndarray]:
         """``synthesize_chunks`` from the encoder's output (for tools that alter it)."""
-        _check_mode(mode)
+        check_mode(mode)
         p = self.policy
         start, stop = self.span(enc)
         runner = self._runner(enc, style, voice)
         if stop <= start:
             return
-        in_time = (mode == VocoderMode.FROZEN_FIRST and frozen_frames is None
-                   and buffered_s >= p.safety * self.predict_exact(enc.frames))
+        in_time = (
+            mode == VocoderMode.FROZEN_FIRST
+            and frozen_frames is None
+            and buffered_s >= p.safety * self.predict_exact(enc.frames)
+        )
         if mode == VocoderMode.EXACT or stop - start <= p.exact_below or in_time:
             t0 = time.perf_counter()
             audio, window = runner.run(0, enc.frames, exact=True)  # the whole model's statistics
             self.exact_costs.observe(window, time.perf_counter() - t0)
-            yield audio[start * FRAME:stop * FRAME]
+            yield audio[start * FRAME : stop * FRAME]
             return
         yield from self._stream(runner, start, stop, mode == VocoderMode.FROZEN_FIRST, frozen_frames, buffered_s)
 
-    def _stream(self, runner: ChunkRunner, start: int, stop: int, hand_over: bool,
-                frozen_frames: int | None, buffered_s: float = 0.0) -> Iterator[np.ndarray]:
+    def _stream(
+        self,
+        runner: ChunkRunner,
+        start: int,
+        stop: int,
+        hand_over: bool,
+        frozen_frames: int | None,
+        buffered_s: float = 0.0,
+    ) -> Iterator[np.ndarray]:
         """Frozen chunks, each cross-faded into the next over ``join_fade`` samples (held back
         until the next chunk exists); with ``hand_over``, the exact rest once it will be in time.
         """
@@ -238,6 +295,9 @@ class StreamingVocoder:
         while pos < stop:
             if index:
                 size = next_size(p, pacer, size, index)
+                cost = pacer.costs.predict(stop - pos + 2 * p.context)
+                if not hand_over and self._behind(cost, pacer.ahead_s(), stop - pos, frozen_frames):
+                    size = stop - pos  # frozen: the rest in one call (``Policy.batch_rest``)
             else:  # the smallest that pays for the next; larger if the listener's buffer allows
                 size = first_size(p, self.costs)
                 if pacer.first is not None:
@@ -246,8 +306,7 @@ class StreamingVocoder:
             if stop - end < p.min_chunk + p.crossfade:
                 end = stop
             rest_window = runner.enc.frames - max(0, end - p.crossfade - p.context)
-            last = hand_over and end < stop and self._switch(pacer, pos, end, start, rest_window,
-                                                             frozen_frames)
+            last = hand_over and end < stop and self._switch(pacer, pos, end, (start, stop), rest_window, frozen_frames)
             t0 = time.perf_counter()
             left = p.open_left if index == 0 else None  # the opening chunk starts in silence
             audio, window = runner.run(pos, end, exact=False, lead=len(held), left=left)
@@ -255,7 +314,7 @@ class StreamingVocoder:
             keep = p.crossfade * FRAME if last else (p.join_fade if end < stop else 0)
             pacer.observe(window, time.perf_counter() - t0, len(audio) - keep)
             yield audio[: len(audio) - keep]
-            held = audio[len(audio) - keep:]
+            held = audio[len(audio) - keep :]
             if last:
                 t0 = time.perf_counter()
                 rest, window = runner.run(end - p.crossfade, stop, exact=True, to_end=True)
@@ -265,36 +324,33 @@ class StreamingVocoder:
                 return
             pos, index = end, index + 1
 
-    def _switch(self, pacer: Pacer, pos: int, end: int, start: int, rest_window: int,
-                frozen_frames: int | None) -> bool:
+    def _switch(
+        self, pacer: Pacer, pos: int, end: int, span: tuple[int, int], rest_window: int, frozen_frames: int | None
+    ) -> bool:
         """Should [pos, end) be the last frozen chunk: will the exact rest (a window of
-        ``rest_window`` frames, to the segment's end) then be ready in time?"""
+        ``rest_window`` frames, to the segment's end) then be ready in time, or is a stall
+        certain whatever comes next (``_behind``)? ``span``: the segment's [start, stop)."""
         p = self.policy
         if frozen_frames is not None:
-            return end - start >= frozen_frames
+            return end - span[0] >= frozen_frames
         chunk_s = (end - pos) * FRAME_S
         done_in = pacer.costs.predict(end - pos + 2 * p.context)
         # audio in hand, beyond what has played, once this chunk is done (playback starts
         # with the first chunk)
         ahead = chunk_s if pacer.first is None else pacer.ahead_s() - done_in + chunk_s
-        return ahead >= p.safety * self.predict_exact(rest_window)
+        if ahead >= p.safety * self.predict_exact(rest_window):
+            return True
+        # a stall is certain if even one frozen call over the rest (its cheapest form) ends late
+        return self._behind(pacer.costs.predict(span[1] - end + 2 * p.context), ahead, span[1] - end, frozen_frames)
+
+    def _behind(self, cost: float, ahead: float, frames: int, frozen_frames: int | None) -> bool:
+        """``Policy.batch_rest``: would one call over the rest (``frames`` of audio, predicted
+        to take ``cost`` s) end after the audio in hand (``ahead``) and the rest's own? Then no
+        chunking can keep a real-time player fed (each chunk only adds context and a call)."""
+        p = self.policy
+        return p.batch_rest and p.adaptive and frozen_frames is None and cost > ahead + frames * FRAME_S
 
     def predict_exact(self, window: int) -> float:
         """Seconds for one exact call over ``window`` frames: learned from exact calls once
         there were some, else from the frozen chunks (about the same cost per frame)."""
         return (self.exact_costs if self.exact_costs.seen else self.costs).predict(window)
-
-
-def _check_mode(mode: str) -> None:
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}")
-
-
-def _encode(session: Any, tokens: list[int], style: np.ndarray, speed: float) -> Encoded:
-    features, f0, energy, durations = session.run([FEATURES, F0, ENERGY, DURATIONS], {
-        "tokens": np.array([[0, *tokens, 0]], dtype=np.int64),
-        "style": np.asarray(style, np.float32).reshape(1, 256),
-        "speed": np.array([speed], dtype=np.float32),
-    })
-    return Encoded(np.asarray(features, np.float32), np.asarray(f0, np.float32),
-                   np.asarray(energy, np.float32), np.asarray(durations).ravel().astype(np.int64))

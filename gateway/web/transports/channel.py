@@ -7,15 +7,17 @@ for the audio, ``wire_bytes_total`` for everything, ``channel``), and counts ses
 errors and time to first audio under the channel's ``name``. The WebSocket channel, the SSE
 channel and the model container's socket are its subclasses.
 """
+
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
-from ...errors import GatewayError
 from ...core.options import StreamOptions, parse_options
-from ..state import Gateway
 from ...core.stream import Event, StreamSession
+from ...errors import GatewayError
+from ..state import Gateway
 
 
 class Channel:
@@ -98,8 +100,9 @@ class Channel:
         fields = event.fields
         if fields.get("ttfb_ms") is not None:
             self.gw.metrics.ttfb.labels(self.name).observe(fields["ttfb_ms"] / 1000)
-        return Event("done", {**fields, "wire_bytes": self.audio_wire,
-                              "wire_bytes_total": self.total_wire, "channel": self.name})
+        return Event(
+            "done", {**fields, "wire_bytes": self.audio_wire, "wire_bytes_total": self.total_wire, "channel": self.name}
+        )
 
     def _observe(self, event: Event, wire: int) -> None:
         if event.type == "audio":

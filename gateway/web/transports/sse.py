@@ -8,6 +8,7 @@ A reader that stops reading is held to the WebSocket's limits (``send_timeout_s`
 ``send_queue_bytes``; ``slowclient.py``): it is cut off, its synthesis stops and its admission
 slot goes to the next session.
 """
+
 from __future__ import annotations
 
 import base64
@@ -17,12 +18,12 @@ from typing import Any
 from aiohttp import web
 from aiohttp_sse import EventSourceResponse, sse_response
 
+from ...core.stream import Event, StreamSession
 from ...errors import BadRequest, SlowClient
 from ..jsonbody import decode_object
 from ..security import check_origin
 from ..slowclient import cut_off, send_limits
 from ..state import GATEWAY, Gateway
-from ...core.stream import Event, StreamSession
 from .channel import Channel
 
 

@@ -17,6 +17,7 @@ an ``error`` event. Errors it cannot survive answer ``error`` and then a close c
 options, a message flood or a client too slow to read; 1009 a message over the size limit;
 1011 an engine failure or timeout; 1013 overloaded or not ready; 1001 server shutdown.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -24,16 +25,17 @@ import contextlib
 import json
 import logging
 import time
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import msgpack
 from aiohttp import WSCloseCode, WSMsgType, web
 
-from ..accesslog import log_websocket
+from ...core.stream import Event, StreamSession
 from ...errors import BadRequest, GatewayError, PayloadTooLarge
+from ..accesslog import log_websocket
 from ..security import WS_TOKEN_PROTOCOL, check_origin
 from ..state import GATEWAY, Gateway
-from ...core.stream import Event, StreamSession
 from .channel import Channel
 from .ws_input import Fatal, IdleClock, RateLimiter, close_code_for, frame_overhead, parse_message, validate_message
 
@@ -167,7 +169,9 @@ class WsChannel(Channel):
         if kind == "text":
             self.text_chars += len(msg["text"])
             if self.text_chars > self.gw.settings.max_text_chars:
-                raise PayloadTooLarge(f"this reply's text passed the limit of {self.gw.settings.max_text_chars} characters")
+                raise PayloadTooLarge(
+                    f"this reply's text passed the limit of {self.gw.settings.max_text_chars} characters"
+                )
             session.push_text(msg["text"])
         elif kind == "prompt":
             session.push_prompt(msg["prompt"])
@@ -222,8 +226,11 @@ class WsChannel(Channel):
                     await self.start_session({}, whole=True)
         async for msg in self.ws:
             if self.rate_limited and not self.limiter.allow(time.monotonic()):
-                raise Fatal(WSCloseCode.POLICY_VIOLATION, "rate_limited",
-                            f"more than {self.gw.settings.ws_messages_per_s:g} messages a second")
+                raise Fatal(
+                    WSCloseCode.POLICY_VIOLATION,
+                    "rate_limited",
+                    f"more than {self.gw.settings.ws_messages_per_s:g} messages a second",
+                )
             with self.idle.held():  # not idle while a message is handled (a start waits for the engine)
                 if msg.type == WSMsgType.TEXT:
                     await self.on_text(msg.data)
@@ -234,8 +241,9 @@ class WsChannel(Channel):
 
     async def on_binary(self, data: bytes) -> None:
         if not self.binary_control:
-            await self.send_error(BadRequest("binary frames are not accepted; send JSON text frames",
-                                             code="binary_not_supported"))
+            await self.send_error(
+                BadRequest("binary frames are not accepted; send JSON text frames", code="binary_not_supported")
+            )
             return
         try:
             text = data.decode("utf-8")

