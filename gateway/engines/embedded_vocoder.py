@@ -1,8 +1,9 @@
 """The embedded engine's streaming vocoder (docs/STREAMING_VOCODER.md), built in the background.
 
-After the engine starts, one thread of its own splits the model into encoder and vocoder and
-calibrates the default voice (cached per voice); other voices are calibrated on first use.
-Until a voice is ready its segments use the whole model, so readiness never waits for it.
+From the moment the model is loaded (beside the engine's first call), one thread of its own
+splits the model into encoder and vocoder and calibrates the default voice (cached per voice);
+other voices are calibrated on first use. Until a voice is ready its segments use the whole
+model, so the engine's start never waits for it.
 """
 
 from __future__ import annotations

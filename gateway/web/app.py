@@ -85,26 +85,43 @@ async def _load_engine(gw: Gateway) -> None:
         gw.load_error = f"{type(exc).__name__}: {exc}"
         gw.ready.set()
         return
-    log.info("engine %s loaded in %.2f s", gw.engine.name, loop.time() - started)
+    loaded = loop.time()
+    log.info("engine %s loaded in %.2f s", gw.engine.name, loaded - started)
     if not gw.settings.startup_before_ready:
         gw.ready.set()
     try:
-        await _prepare(gw)
+        built, warmed = await _prepare(gw)
+        vocoder = gw.engine.vocoder_status or {}
+        # one line with where start-up went (docs/BENCHMARKS.md, bench firstreply)
+        log.info(
+            "engine %s start-up phases: engine start %.2f s, waiting for the streaming vocoder %.2f s "
+            "(its build %s s, beside the engine's start), rate warm-up %.2f s; total %.2f s%s",
+            gw.engine.name,
+            loaded - started,
+            built - loaded,
+            vocoder.get("build_s"),
+            warmed - built,
+            warmed - started,
+            "" if gw.ready.is_set() else " before ready",
+        )
     finally:
         if not gw.ready.is_set():
             log.info("engine %s ready in %.2f s (start-up work included)", gw.engine.name, loop.time() - started)
         gw.ready.set()
 
 
-async def _prepare(gw: Gateway) -> None:
+async def _prepare(gw: Gateway) -> tuple[float, float]:
     """The start-up work that makes the first reply as fast as the next: the streaming
     vocoder's build (embedded engine) and one measured call per vocoder mode, so the first
-    preroll is forecast from this machine's speed. Never raises."""
+    preroll is forecast from this machine's speed. Never raises. Returns the loop's times at
+    which the vocoder was ready and the rate warm-up done."""
+    loop = asyncio.get_running_loop()
     voice = gw.settings.default_voice or gw.engine.default_voice
+    await gw.engine.wait_vocoder(voice)
+    built = loop.time()
     if gw.settings.speed_warmup_text:
-        await gw.hub.warm_up(gw.settings.speed_warmup_text, voice)  # waits for the vocoder's build
-    else:
-        await gw.engine.wait_vocoder(voice)
+        await gw.hub.warm_up(gw.settings.speed_warmup_text, voice)
+    return built, loop.time()
 
 
 def build_gateway(settings: Settings, engine: Engine, *, admit: bool = True, slots: Slots | None = None) -> Gateway:
