@@ -20,6 +20,7 @@ quantized initializer's name without ``_quantized``; most are the torch paramete
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Collection
 
 import numpy as np
 import onnx
@@ -170,14 +171,15 @@ def _gather(g: Graph, node: onnx.NodeProto) -> onnx.NodeProto:
 REWRITES = {"MatMulInteger": _matmul, "ConvInteger": _conv, "DynamicQuantizeLSTM": _lstm, "DequantizeLinear": _gather}
 
 
-def dequantize(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A float32 copy of ``model``: every quantized pattern replaced by its float operator."""
+def dequantize(model: onnx.ModelProto, only: Collection[str] | None = None) -> onnx.ModelProto:
+    """A float32 copy of ``model``: every quantized pattern replaced by its float operator
+    (only those whose quantized node is named in ``only``, when given: the rest stay as shipped)."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
     g = Graph(out)
     replaced: dict[str, onnx.NodeProto] = {}  # the pattern's output -> its float node
     for node in out.graph.node:
-        if node.op_type in REWRITES:
+        if node.op_type in REWRITES and (only is None or node.name in only):
             new = REWRITES[node.op_type](g, node)
             for name in new.output:
                 replaced[name] = new
@@ -191,6 +193,8 @@ def dequantize(model: onnx.ModelProto) -> onnx.ModelProto:
     out.graph.node.extend(nodes)
     out.graph.initializer.extend(g.added.values())
     prune(out)
+    if only is not None:
+        return out
     left = sorted({n.op_type for n in out.graph.node if n.op_type in (*QUANTIZED, "DynamicQuantizeLinear")})
     if left:
         raise ValueError(f"quantized operators left after the rewrite: {left}")

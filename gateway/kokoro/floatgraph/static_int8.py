@@ -1,0 +1,150 @@
+"""Kokoro-82M with some decoder convolutions in static int8 (QDQ, run as ``QLinearConv``).
+
+The shipped graph is onnxruntime's *dynamic* int8: each ``ConvInteger`` quantizes its input
+per call (u8, per tensor, from that call's min and max), which onnxruntime's VNNI / AMX
+kernels do not run. A static graph fixes each activation's range ahead of time (calibrated
+on real sentences), stores the weights s8 per output channel, and onnxruntime fuses each
+``DequantizeLinear -> Conv -> QuantizeLinear`` into one ``QLinearConv``.
+
+Built from the shipped bytes, never from anything downloaded: the chosen ``ConvInteger``
+patterns are dequantized (``dequantize(only=...)``, the rest of the graph stays exactly as
+shipped, so the text side and its durations do not move and audio compares frame by frame
+with today's), their input and output ranges observed on calibration feeds, then quantized
+by onnxruntime's ``QDQQuantizer`` with those ranges. ``bench/static_int8.py`` measures the
+variants (speed against today's graph, log-spectral distance against the model's own chaos
+floor, Whisper WER); docs/STATIC_INT8.md has the table.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from .dequantize import dequantize
+
+DECODER = "/decoder/decoder/"
+# per-feed quantiles kept for every observed tensor, in percent: enough for min-max and the
+# percentile methods without running the feeds again
+QUANTILES = (0.0, 0.001, 0.01, 0.1, 1.0, 99.0, 99.9, 99.99, 99.999, 100.0)
+
+
+def decoder_convs(model: onnx.ModelProto) -> list[str]:
+    """The shipped decoder's dynamic int8 convolutions (``ConvInteger``), in graph order."""
+    return [n.name for n in model.graph.node if n.op_type == "ConvInteger" and n.name.startswith(DECODER)]
+
+
+def group_of(name: str) -> str:
+    """A convolution's module: ``resblocks.3``, ``decode.0``, ``noise_res.1``, ``F0_conv`` ..."""
+    rest = name[len(DECODER):].removeprefix("generator/")
+    return re.sub(r"^(noise_convs)\.\d+$", r"\1", rest.split("/")[0])
+
+
+def groups(names: Iterable[str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for name in names:
+        out.setdefault(group_of(name), []).append(name)
+    return out
+
+
+def select(model: onnx.ModelProto, spec: str) -> list[str]:
+    """The convolutions a spec names: ``all``, a comma list of groups, or ``all-G1-G2`` (all but
+    those groups). Group names match by prefix (``resblocks`` is all six)."""
+    convs = decoder_convs(model)
+    if spec.startswith("all"):
+        dropped = [g for g in spec.split("-")[1:] if g]
+        return [c for c in convs if not any(group_of(c).startswith(g) for g in dropped)]
+    wanted = [g for g in spec.split(",") if g]
+    chosen = [c for c in convs if any(group_of(c).startswith(g) for g in wanted)]
+    if not chosen:
+        raise ValueError(f"no decoder convolution in {spec!r}; groups: {sorted(groups(convs))}")
+    return chosen
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """Per-feed quantiles (``QUANTILES``) of every observed tensor: name -> [feeds, quantiles]."""
+
+    quantiles: Mapping[str, np.ndarray]
+
+    def ranges(self, method: str) -> dict[str, tuple[float, float]]:
+        """``minmax`` (lowest and highest seen) or ``pNN`` (the NN-th percentile and its mirror,
+        per feed, the widest over feeds), always spanning 0."""
+        upper = 100.0 if method == "minmax" else float(method.removeprefix("p"))
+        lower = round(100.0 - upper, 6)
+        if upper not in QUANTILES or lower not in QUANTILES:
+            raise ValueError(f"calibration method must be minmax or one of p{QUANTILES[5:]}, not {method!r}")
+        lo_i, hi_i = QUANTILES.index(lower), QUANTILES.index(upper)
+        return {name: (min(0.0, float(q[:, lo_i].min())), max(0.0, float(q[:, hi_i].max())))
+                for name, q in self.quantiles.items()}
+
+
+def float_convs(shipped: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:
+    """The shipped graph with only ``names`` made float ``Conv`` (same names, same outputs).
+    Their weights are renamed: the quantizer names its s8 copies ``<weight>_quantized``, and
+    ``<weight>_zero_point``, which the shipped graph's u8 ones are already called."""
+    model = dequantize(shipped, only=set(names))
+    wanted, renamed = set(names), {}
+    for node in model.graph.node:
+        if node.name in wanted and node.op_type == "Conv":
+            renamed[node.input[1]] = node.input[1] = f"{node.input[1]}/static"
+    for init in model.graph.initializer:
+        init.name = renamed.get(init.name, init.name)
+    return model
+
+
+def conv_tensors(model: onnx.ModelProto, names: Sequence[str]) -> list[str]:
+    """The activations around the float convolutions ``names``: each one's input and output."""
+    wanted = set(names)
+    seen: dict[str, None] = {}
+    for node in model.graph.node:
+        if node.name in wanted and node.op_type == "Conv":
+            seen.update({node.input[0]: None, node.output[0]: None})
+    return list(seen)
+
+
+def observe(model: onnx.ModelProto, tensors: Sequence[str], feeds: Iterable[Mapping[str, np.ndarray]],
+            threads: int = 2) -> Observed:
+    """Run ``model`` on every feed with ``tensors`` as extra outputs and keep their quantiles."""
+    import onnxruntime as ort
+
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    known = {o.name for o in probe.graph.output}
+    probe.graph.output.extend(onnx.helper.make_empty_tensor_value_info(t) for t in tensors if t not in known)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.log_severity_level = 3
+    session = ort.InferenceSession(probe.SerializeToString(), sess_options=opts, providers=["CPUExecutionProvider"])
+    rows: dict[str, list[np.ndarray]] = {t: [] for t in tensors}
+    for feed in feeds:
+        for name, value in zip(tensors, session.run(list(tensors), dict(feed))):
+            rows[name].append(np.percentile(np.asarray(value, np.float32).ravel(), QUANTILES).astype(np.float32))
+    return Observed({name: np.stack(q) for name, q in rows.items()})
+
+
+def quantize(model: onnx.ModelProto, names: Sequence[str], ranges: Mapping[str, tuple[float, float]],
+             ) -> onnx.ModelProto:
+    """``model`` (float convolutions ``names``) with those convolutions in QDQ: activations u8
+    with the given ranges, weights s8 symmetric per output channel, biases int32."""
+    from onnxruntime.quantization import QuantType
+    from onnxruntime.quantization.calibrate import (
+        CalibrationMethod,
+        TensorData,
+        TensorsData,
+    )
+    from onnxruntime.quantization.qdq_quantizer import QDQQuantizer
+    from onnxruntime.quantization.quant_utils import (
+        save_and_reload_model_with_shape_infer,
+    )
+
+    data = {k: TensorData(lowest=np.float32(lo), highest=np.float32(hi)) for k, (lo, hi) in ranges.items()}
+    inferred = save_and_reload_model_with_shape_infer(model)
+    quantizer = QDQQuantizer(inferred, True, False, QuantType.QInt8, QuantType.QUInt8,
+                             TensorsData(CalibrationMethod.MinMax, data), list(names), [], ["Conv"],
+                             {"WeightSymmetric": True, "ActivationSymmetric": False})
+    quantizer.quantize_model()
+    out: onnx.ModelProto = quantizer.model.model
+    return out

@@ -1,0 +1,60 @@
+"""Static int8 convolutions (``gateway.kokoro.floatgraph.static_int8``) on a small graph.
+
+The same path as for Kokoro's decoder, in a second: onnxruntime's dynamic quantizer makes an
+int8 graph with the shipped patterns, one ``ConvInteger`` is made float (the rest stays as it
+was), its activations are observed on feeds, and it is quantized in QDQ with those ranges.
+onnxruntime then runs it as a fused ``QLinearConv``. The real model's variants are measured by
+``bench/static_int8.py`` (docs/STATIC_INT8.md).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from gateway.kokoro.floatgraph import static_int8 as si
+from tests.test_floatgraph import quantized, run, small_float_model
+
+IDS = [np.array([[1, 4, 2, 9, 0, 3, 3]], np.int64), np.array([[5, 6, 7, 8, 2, 1]], np.int64)]
+
+
+def optimized_ops(model: onnx.ModelProto, tmp: Path) -> set[str]:
+    opts = ort.SessionOptions()
+    opts.optimized_model_filepath = str(tmp / "optimized.onnx")
+    ort.InferenceSession(model.SerializeToString(), sess_options=opts, providers=["CPUExecutionProvider"])
+    return {n.op_type for n in onnx.load(tmp / "optimized.onnx").graph.node}
+
+
+def test_one_conv_goes_static_and_runs_fused(tmp_path: Path) -> None:
+    original = small_float_model()
+    int8 = quantized(original, tmp_path)
+    conv = next(n.name for n in int8.graph.node if n.op_type == "ConvInteger" and n.name.startswith("/conv/"))
+    floated = si.float_convs(int8, [conv])
+    ops = [n.op_type for n in floated.graph.node]
+    assert ops.count("Conv") == 1 and ops.count("ConvInteger") == 1  # only the named one changed
+    tensors = si.conv_tensors(floated, [conv])
+    observed = si.observe(floated, tensors, [{"ids": ids} for ids in IDS])
+    assert set(observed.quantiles) == set(tensors) and all(q.shape == (2, len(si.QUANTILES))
+                                                           for q in observed.quantiles.values())
+    for method in ("minmax", "p99.99"):
+        ranges = observed.ranges(method)
+        assert all(lo <= 0.0 <= hi for lo, hi in ranges.values())
+        static = si.quantize(floated, [conv], ranges)
+        assert "QLinearConv" in optimized_ops(static, tmp_path)
+        want = run(original, IDS[0])
+        err_static, err_float = np.abs(run(static, IDS[0]) - want).max(), np.abs(run(floated, IDS[0]) - want).max()
+        assert err_static < 0.1 * np.abs(want).max() and err_float < 0.1 * np.abs(want).max()
+
+
+def test_ranges_and_selection_refuse_what_they_do_not_know() -> None:
+    observed = si.Observed({"x": np.tile(np.array(si.QUANTILES, np.float32) - 50.0, (2, 1))})
+    assert observed.ranges("minmax") == {"x": (-50.0, 50.0)}
+    assert observed.ranges("p99.9")["x"] == pytest.approx((-49.9, 49.9))
+    with pytest.raises(ValueError, match="calibration method"):
+        observed.ranges("p97")
+    assert si.group_of("/decoder/decoder/generator/resblocks.3/convs1.0/Conv_quant") == "resblocks.3"
+    assert si.group_of("/decoder/decoder/generator/noise_convs.1/Conv_quant") == "noise_convs"
+    assert si.group_of("/decoder/decoder/decode.2/conv1/Conv_quant") == "decode.2"
