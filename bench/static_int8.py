@@ -6,7 +6,8 @@
 
 A variant is ``GROUPS:METHOD``: which decoder convolutions go static (``all``, ``all-G1-G2``
 for all but those groups, or a comma list of groups joined by ``+``: ``resblocks.3+resblocks.4``)
-and how their activation ranges are calibrated (``minmax``, ``p99.99`` ..., or ``float`` for the float convolutions unquantized; see
+and how their activation ranges are calibrated (``minmax``, ``p99.99`` ..., ``IN~OUT`` for the convolutions' outputs by another (``~float``: not quantized, no fusion:
+a diagnosis), or ``float`` for the float convolutions unquantized; see
 ``gateway.kokoro.floatgraph.static_int8``). ``--sweep METHOD`` adds one variant per group
 (that group alone static): the per-layer sensitivity.
 
@@ -150,6 +151,17 @@ def observe(floated: onnx.ModelProto, names: Sequence[str], calib: Sequence[Feed
     return observed
 
 
+def build(floated: onnx.ModelProto, names: Sequence[str], observed: si.Observed, method: str) -> onnx.ModelProto:
+    """``IN`` (one method for every activation), ``IN~OUT`` (the convolutions' outputs by
+    ``OUT``), or ``IN~float`` (outputs not quantized)."""
+    inputs, _, outputs = method.partition("~")
+    ranges = observed.ranges(inputs)
+    if outputs and outputs != "float":
+        out = observed.ranges(outputs)
+        ranges.update({t: out[t] for t in si.conv_outputs(floated, names)})
+    return si.quantize(floated, names, ranges, outputs=outputs != "float")
+
+
 def print_rows(rows: Sequence[Row], head: bool = False) -> None:
     if head:
         print(f"{'variant':<44} {'convs':>5} {'speed':>6} {'LSD':>6} {'timbre':>6} {'loud':>6} "
@@ -208,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         groups, method = spec.rsplit(":", 1)
         names = si.select(shipped, groups.replace("+", ","))
         floated = si.float_convs(shipped, names)
-        built = floated if method == "float" else si.quantize(floated, names, observed.ranges(method))
+        built = floated if method == "float" else build(floated, names, observed, method)
         row = variant_row(spec, built, len(names), today, feeds, (refs, float_refs), wer_texts, args.repeats)
         rows.append(row)
         print_rows([row])

@@ -125,10 +125,17 @@ def observe(model: onnx.ModelProto, tensors: Sequence[str], feeds: Iterable[Mapp
     return Observed({name: np.stack(q) for name, q in rows.items()})
 
 
+def conv_outputs(model: onnx.ModelProto, names: Sequence[str]) -> set[str]:
+    wanted = set(names)
+    return {n.output[0] for n in model.graph.node if n.name in wanted and n.op_type == "Conv"}
+
+
 def quantize(model: onnx.ModelProto, names: Sequence[str], ranges: Mapping[str, tuple[float, float]],
-             ) -> onnx.ModelProto:
+             outputs: bool = True) -> onnx.ModelProto:
     """``model`` (float convolutions ``names``) with those convolutions in QDQ: activations u8
-    with the given ranges, weights s8 symmetric per output channel, biases int32."""
+    with the given ranges, weights s8 symmetric per output channel, biases int32; with
+    ``outputs`` False the convolutions' outputs stay float (no ``QLinearConv`` fusion then:
+    a diagnosis of where the error comes from)."""
     from onnxruntime.quantization import QuantType
     from onnxruntime.quantization.calibrate import (
         CalibrationMethod,
@@ -144,7 +151,8 @@ def quantize(model: onnx.ModelProto, names: Sequence[str], ranges: Mapping[str, 
     inferred = save_and_reload_model_with_shape_infer(model)
     quantizer = QDQQuantizer(inferred, True, False, QuantType.QInt8, QuantType.QUInt8,
                              TensorsData(CalibrationMethod.MinMax, data), list(names), [], ["Conv"],
-                             {"WeightSymmetric": True, "ActivationSymmetric": False})
+                             {"WeightSymmetric": True, "ActivationSymmetric": False,
+                              "OpTypesToExcludeOutputQuantization": [] if outputs else ["Conv"]})
     quantizer.quantize_model()
     out: onnx.ModelProto = quantizer.model.model
     return out
