@@ -151,11 +151,17 @@ def observe(floated: onnx.ModelProto, names: Sequence[str], calib: Sequence[Feed
     return observed
 
 
-def build(floated: onnx.ModelProto, names: Sequence[str], observed: si.Observed, method: str) -> onnx.ModelProto:
+def build(floated: onnx.ModelProto, names: Sequence[str], observed: si.Observed, method: str,
+          calib: Sequence[Feed]) -> onnx.ModelProto:
     """``IN`` (one method for every activation), ``IN~OUT`` (the convolutions' outputs by
-    ``OUT``), or ``IN~float`` (outputs not quantized)."""
+    ``OUT``), ``IN~float`` (outputs not quantized) or ``IN~eq`` (outputs equalized per channel:
+    ``static_int8.equalize``)."""
     inputs, _, outputs = method.partition("~")
     ranges = observed.ranges(inputs)
+    if outputs == "eq":
+        peaks = si.channel_peaks(floated, sorted(si.conv_outputs(floated, names)), calib)
+        floated, equalized = si.equalize(floated, names, peaks)
+        return si.quantize(floated, names, {**ranges, **equalized})
     if outputs and outputs != "float":
         out = observed.ranges(outputs)
         ranges.update({t: out[t] for t in si.conv_outputs(floated, names)})
@@ -220,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         groups, method = spec.rsplit(":", 1)
         names = si.select(shipped, groups.replace("+", ","))
         floated = si.float_convs(shipped, names)
-        built = floated if method == "float" else build(floated, names, observed, method)
+        built = floated if method == "float" else build(floated, names, observed, method, calib)
         row = variant_row(spec, built, len(names), today, feeds, (refs, float_refs), wer_texts, args.repeats)
         rows.append(row)
         print_rows([row])

@@ -156,3 +156,56 @@ def quantize(model: onnx.ModelProto, names: Sequence[str], ranges: Mapping[str, 
     quantizer.quantize_model()
     out: onnx.ModelProto = quantizer.model.model
     return out
+
+
+def channel_peaks(model: onnx.ModelProto, tensors: Sequence[str], feeds: Iterable[Mapping[str, np.ndarray]],
+                  threads: int = 2) -> dict[str, np.ndarray]:
+    """Each ``[1, C, T]`` tensor's largest magnitude per channel over all feeds."""
+    import onnxruntime as ort
+
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    probe.graph.output.extend(onnx.helper.make_empty_tensor_value_info(t) for t in tensors)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.log_severity_level = 3
+    session = ort.InferenceSession(probe.SerializeToString(), sess_options=opts, providers=["CPUExecutionProvider"])
+    peaks: dict[str, np.ndarray] = {}
+    for feed in feeds:
+        for name, value in zip(tensors, session.run(list(tensors), dict(feed))):
+            peak = np.abs(np.asarray(value, np.float32)).max(axis=(0, 2))
+            peaks[name] = np.maximum(peaks[name], peak) if name in peaks else peak
+    return peaks
+
+
+def equalize(model: onnx.ModelProto, names: Sequence[str], peaks: Mapping[str, np.ndarray],
+             ) -> tuple[onnx.ModelProto, dict[str, tuple[float, float]]]:
+    """Each float convolution ``names`` made to output its channels divided by their peaks
+    (weights and bias scaled), then multiplied back in float: one u8 scale per tensor then fits
+    every channel. Returns the model and the equalized outputs' ranges ([-1, 1])."""
+    from onnx import numpy_helper
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graph = out.graph
+    inits = {t.name: t for t in graph.initializer}
+    wanted, ranges, muls = set(names), {}, []
+    for node in graph.node:
+        if node.name not in wanted or node.op_type != "Conv" or node.output[0] not in peaks:
+            continue
+        scale = np.maximum(peaks[node.output[0]], 1e-6 * peaks[node.output[0]].max()).astype(np.float32)
+        for k, shape in ((1, (-1, 1, 1)), (2, (-1,))):
+            if len(node.input) > k and node.input[k]:
+                t = inits[node.input[k]]
+                t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) / scale.reshape(shape), t.name))
+        result = node.output[0]
+        node.output[0] = f"{result}/equalized"
+        graph.initializer.append(numpy_helper.from_array(scale.reshape(1, -1, 1), f"{result}/peaks"))
+        muls.append((node.name, onnx.helper.make_node("Mul", [node.output[0], f"{result}/peaks"], [result],
+                                                      name=f"{node.name}/unequalize")))
+        ranges[node.output[0]] = (-1.0, 1.0)
+    after = dict(muls)
+    nodes = [m for n in graph.node for m in ([n, after[n.name]] if n.name in after else [n])]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return out, ranges
