@@ -58,3 +58,23 @@ def test_ranges_and_selection_refuse_what_they_do_not_know() -> None:
     assert si.group_of("/decoder/decoder/generator/resblocks.3/convs1.0/Conv_quant") == "resblocks.3"
     assert si.group_of("/decoder/decoder/generator/noise_convs.1/Conv_quant") == "noise_convs"
     assert si.group_of("/decoder/decoder/decode.2/conv1/Conv_quant") == "decode.2"
+
+
+def test_equalized_outputs_keep_the_function_and_fuse(tmp_path: Path) -> None:
+    """Dividing a convolution's output channels by their peaks and multiplying back changes
+    nothing in float; quantized, it still runs as ``QLinearConv`` with outputs in [-1, 1]."""
+    int8 = quantized(small_float_model(), tmp_path)
+    conv = next(n.name for n in int8.graph.node if n.op_type == "ConvInteger" and n.name.startswith("/conv/"))
+    floated = si.float_convs(int8, [conv])
+    feeds = [{"ids": ids} for ids in IDS]
+    peaks = si.channel_peaks(floated, sorted(si.conv_outputs(floated, [conv])), feeds)
+    assert [p.shape for p in peaks.values()] == [(6,)] and all((p > 0).all() for p in peaks.values())
+    equalized, ranges = si.equalize(floated, [conv], peaks)
+    assert list(ranges.values()) == [(-1.0, 1.0)]
+    for ids in IDS:
+        np.testing.assert_allclose(run(equalized, ids), run(floated, ids), rtol=1e-4, atol=1e-5)
+    inputs = si.observe(floated, si.conv_tensors(floated, [conv]), feeds).ranges("p99.99")
+    static = si.quantize(equalized, [conv], {**inputs, **ranges})
+    assert "QLinearConv" in optimized_ops(static, tmp_path)
+    want = run(floated, IDS[0])
+    assert np.abs(run(static, IDS[0]) - want).max() < 0.1 * np.abs(want).max()
