@@ -6,8 +6,10 @@
 
 A variant is ``GROUPS:METHOD``: which decoder convolutions go static (``all``, ``all-G1-G2``
 for all but those groups, or a comma list of groups joined by ``+``: ``resblocks.3+resblocks.4``)
-and how their activation ranges are calibrated (``minmax``, ``p99.99`` ..., ``IN~OUT`` for the convolutions' outputs by another (``~float``: not quantized, no fusion:
-a diagnosis), or ``float`` for the float convolutions unquantized; see
+and how their activation ranges are calibrated (``minmax``, ``p99.99`` ..., ``IN~OUT`` for
+the convolutions' outputs by another, ``IN~eq`` for the outputs equalized per channel (the
+best), ``IN~float`` for outputs not quantized (no fusion: a diagnosis), or ``float`` for the
+float convolutions unquantized; see
 ``gateway.kokoro.floatgraph.static_int8``). ``--sweep METHOD`` adds one variant per group
 (that group alone static): the per-layer sensitivity.
 
