@@ -20,6 +20,7 @@ up), and with ``--wer`` Whisper tiny.en's word error rate. The first row is the 
 graph with the decoder's input features nudged by 0.1% noise (the model's own chaos).
 Benchmarks print; they never assert.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,9 +57,11 @@ class Row:
 
 def feed(model: Any, text: str, voice: str) -> Feed:
     ids = [model.vocab[c] for c in model.phonemes(text, voice)]
-    return {"tokens": np.array([[0, *ids, 0]], dtype=np.int64),
-            "style": model.style(voice)[len(ids) - 1].reshape(1, 256),
-            "speed": np.array([1.0], dtype=np.float32)}
+    return {
+        "tokens": np.array([[0, *ids, 0]], dtype=np.int64),
+        "style": model.style(voice)[len(ids) - 1].reshape(1, 256),
+        "speed": np.array([1.0], dtype=np.float32),
+    }
 
 
 def session(proto: onnx.ModelProto) -> Any:
@@ -103,8 +106,16 @@ def floor_row(shipped: onnx.ModelProto, feeds: Sequence[Feed], refs: Sequence[np
     return Row("floor (features x 1.001 noise)", 0, None, summary(rows), None)
 
 
-def variant_row(name: str, model: onnx.ModelProto, convs: int, today: Any, feeds: Sequence[Feed],
-                refs: Sequence[Sequence[np.ndarray]], texts: Sequence[str] | None, repeats: int) -> Row:
+def variant_row(
+    name: str,
+    model: onnx.ModelProto,
+    convs: int,
+    today: Any,
+    feeds: Sequence[Feed],
+    refs: Sequence[Sequence[np.ndarray]],
+    texts: Sequence[str] | None,
+    repeats: int,
+) -> Row:
     """``refs``: today's audio and the float decoder's. Speed: per sentence the fastest of
     ``repeats`` runs of each graph, interleaved, summed over sentences (0 repeats: not timed)."""
     sess = session(model)
@@ -138,8 +149,12 @@ def calibration_feeds(model: Any, voices: Sequence[str], count: int) -> list[Fee
     return [feed(model, t, voices[i % len(voices)]) for i, t in enumerate(texts)]
 
 
-def observe(floated: onnx.ModelProto, names: Sequence[str], calib: Sequence[Feed], cache: Path | None,
-            ) -> si.Observed:
+def observe(
+    floated: onnx.ModelProto,
+    names: Sequence[str],
+    calib: Sequence[Feed],
+    cache: Path | None,
+) -> si.Observed:
     """The calibration quantiles, from ``cache`` (an .npz) when it exists, else observed now."""
     if cache is not None and cache.exists():
         with np.load(cache) as saved:
@@ -153,8 +168,9 @@ def observe(floated: onnx.ModelProto, names: Sequence[str], calib: Sequence[Feed
     return observed
 
 
-def build(floated: onnx.ModelProto, names: Sequence[str], observed: si.Observed, method: str,
-          calib: Sequence[Feed]) -> onnx.ModelProto:
+def build(
+    floated: onnx.ModelProto, names: Sequence[str], observed: si.Observed, method: str, calib: Sequence[Feed]
+) -> onnx.ModelProto:
     """``IN`` (one method for every activation), ``IN~OUT`` (the convolutions' outputs by
     ``OUT``), ``IN~float`` (outputs not quantized) or ``IN~eq`` (outputs equalized per channel:
     ``static_int8.equalize``)."""
@@ -172,15 +188,19 @@ def build(floated: onnx.ModelProto, names: Sequence[str], observed: si.Observed,
 
 def print_rows(rows: Sequence[Row], head: bool = False) -> None:
     if head:
-        print(f"{'variant':<44} {'convs':>5} {'speed':>6} {'LSD':>6} {'timbre':>6} {'loud':>6} "
-              f"{'WER':>6} {'LSD vs float':>12}")
+        print(
+            f"{'variant':<44} {'convs':>5} {'speed':>6} {'LSD':>6} {'timbre':>6} {'loud':>6} "
+            f"{'WER':>6} {'LSD vs float':>12}"
+        )
     for r in rows:
         speed = f"{r.speed:5.2f}x" if r.speed is not None else "     -"
         wer = f"{100 * r.wer:5.1f}%" if r.wer is not None else "     -"
         vs_float = f"{r.lsd_float:.2f}" if r.lsd_float is not None else "-"
-        print(f"{r.name:<44} {r.convs:>5} {speed:>6} {r.lsd['lsd_db']:6.2f} {r.lsd['timbre_db']:6.2f} "
-              f"{r.lsd['loudness_db']:+6.2f} {wer:>6} {vs_float:>12}",
-              flush=True)
+        print(
+            f"{r.name:<44} {r.convs:>5} {speed:>6} {r.lsd['lsd_db']:6.2f} {r.lsd['timbre_db']:6.2f} "
+            f"{r.lsd['loudness_db']:+6.2f} {wer:>6} {vs_float:>12}",
+            flush=True,
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -209,8 +229,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     wer_texts = [t for _ in voices for t in texts] if args.wer else None
     rows = [floor_row(shipped, feeds, refs)]
     print_rows(rows, head=True)
-    rows.append(Row("today (dynamic int8, as shipped)", 0, None, summary([distance(r, r) for r in refs]),
-                    score(wer_texts, refs)))
+    rows.append(
+        Row(
+            "today (dynamic int8, as shipped)", 0, None, summary([distance(r, r) for r in refs]), score(wer_texts, refs)
+        )
+    )
     print_rows(rows[-1:])
     calib = calibration_feeds(model, args.calib_voices.split(","), args.calib_sentences)
     variants = [v for v in args.variants.split(",") if v]
@@ -220,8 +243,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     floated = si.float_convs(shipped, everything)
     float_refs = [run(session(floated), f)[0] for f in feeds]
     float_row = summary([distance(r, c) for r, c in zip(refs, float_refs)])
-    rows.append(Row("float decoder convs (the rest as today)", len(everything), None, float_row,
-                    score(wer_texts, float_refs), 0.0))
+    rows.append(
+        Row(
+            "float decoder convs (the rest as today)",
+            len(everything),
+            None,
+            float_row,
+            score(wer_texts, float_refs),
+            0.0,
+        )
+    )
     print_rows(rows[-1:])
     observed = observe(floated, everything, calib, args.observed)
     for spec in variants:

@@ -6,6 +6,7 @@ was), its activations are observed on feeds, and it is quantized in QDQ with tho
 onnxruntime then runs it as a fused ``QLinearConv``. The real model's variants are measured by
 ``bench/static_int8.py`` (docs/STATIC_INT8.md).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -37,8 +38,9 @@ def test_one_conv_goes_static_and_runs_fused(tmp_path: Path) -> None:
     assert ops.count("Conv") == 1 and ops.count("ConvInteger") == 1  # only the named one changed
     tensors = si.conv_tensors(floated, [conv])
     observed = si.observe(floated, tensors, [{"ids": ids} for ids in IDS])
-    assert set(observed.quantiles) == set(tensors) and all(q.shape == (2, len(si.QUANTILES))
-                                                           for q in observed.quantiles.values())
+    assert set(observed.quantiles) == set(tensors) and all(
+        q.shape == (2, len(si.QUANTILES)) for q in observed.quantiles.values()
+    )
     for method in ("minmax", "p99.99"):
         ranges = observed.ranges(method)
         assert all(lo <= 0.0 <= hi for lo, hi in ranges.values())

@@ -14,6 +14,7 @@ by onnxruntime's ``QDQQuantizer`` with those ranges. ``bench/static_int8.py`` me
 variants (speed against today's graph, log-spectral distance against the model's own chaos
 floor, Whisper WER); docs/STATIC_INT8.md has the table.
 """
+
 from __future__ import annotations
 
 import re
@@ -38,7 +39,7 @@ def decoder_convs(model: onnx.ModelProto) -> list[str]:
 
 def group_of(name: str) -> str:
     """A convolution's module: ``resblocks.3``, ``decode.0``, ``noise_res.1``, ``F0_conv`` ..."""
-    rest = name[len(DECODER):].removeprefix("generator/")
+    rest = name[len(DECODER) :].removeprefix("generator/")
     return re.sub(r"^(noise_convs)\.\d+$", r"\1", rest.split("/")[0])
 
 
@@ -77,8 +78,10 @@ class Observed:
         if upper not in QUANTILES or lower not in QUANTILES:
             raise ValueError(f"calibration method must be minmax or one of p{QUANTILES[5:]}, not {method!r}")
         lo_i, hi_i = QUANTILES.index(lower), QUANTILES.index(upper)
-        return {name: (min(0.0, float(q[:, lo_i].min())), max(0.0, float(q[:, hi_i].max())))
-                for name, q in self.quantiles.items()}
+        return {
+            name: (min(0.0, float(q[:, lo_i].min())), max(0.0, float(q[:, hi_i].max())))
+            for name, q in self.quantiles.items()
+        }
 
 
 def float_convs(shipped: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:
@@ -105,8 +108,9 @@ def conv_tensors(model: onnx.ModelProto, names: Sequence[str]) -> list[str]:
     return list(seen)
 
 
-def observe(model: onnx.ModelProto, tensors: Sequence[str], feeds: Iterable[Mapping[str, np.ndarray]],
-            threads: int = 2) -> Observed:
+def observe(
+    model: onnx.ModelProto, tensors: Sequence[str], feeds: Iterable[Mapping[str, np.ndarray]], threads: int = 2
+) -> Observed:
     """Run ``model`` on every feed with ``tensors`` as extra outputs and keep their quantiles."""
     import onnxruntime as ort
 
@@ -130,8 +134,9 @@ def conv_outputs(model: onnx.ModelProto, names: Sequence[str]) -> set[str]:
     return {n.output[0] for n in model.graph.node if n.name in wanted and n.op_type == "Conv"}
 
 
-def quantize(model: onnx.ModelProto, names: Sequence[str], ranges: Mapping[str, tuple[float, float]],
-             outputs: bool = True) -> onnx.ModelProto:
+def quantize(
+    model: onnx.ModelProto, names: Sequence[str], ranges: Mapping[str, tuple[float, float]], outputs: bool = True
+) -> onnx.ModelProto:
     """``model`` (float convolutions ``names``) with those convolutions in QDQ: activations u8
     with the given ranges, weights s8 symmetric per output channel, biases int32; with
     ``outputs`` False the convolutions' outputs stay float (no ``QLinearConv`` fusion then:
@@ -149,17 +154,30 @@ def quantize(model: onnx.ModelProto, names: Sequence[str], ranges: Mapping[str, 
 
     data = {k: TensorData(lowest=np.float32(lo), highest=np.float32(hi)) for k, (lo, hi) in ranges.items()}
     inferred = save_and_reload_model_with_shape_infer(model)
-    quantizer = QDQQuantizer(inferred, True, False, QuantType.QInt8, QuantType.QUInt8,
-                             TensorsData(CalibrationMethod.MinMax, data), list(names), [], ["Conv"],
-                             {"WeightSymmetric": True, "ActivationSymmetric": False,
-                              "OpTypesToExcludeOutputQuantization": [] if outputs else ["Conv"]})
+    quantizer = QDQQuantizer(
+        inferred,
+        True,
+        False,
+        QuantType.QInt8,
+        QuantType.QUInt8,
+        TensorsData(CalibrationMethod.MinMax, data),
+        list(names),
+        [],
+        ["Conv"],
+        {
+            "WeightSymmetric": True,
+            "ActivationSymmetric": False,
+            "OpTypesToExcludeOutputQuantization": [] if outputs else ["Conv"],
+        },
+    )
     quantizer.quantize_model()
     out: onnx.ModelProto = quantizer.model.model
     return out
 
 
-def channel_peaks(model: onnx.ModelProto, tensors: Sequence[str], feeds: Iterable[Mapping[str, np.ndarray]],
-                  threads: int = 2) -> dict[str, np.ndarray]:
+def channel_peaks(
+    model: onnx.ModelProto, tensors: Sequence[str], feeds: Iterable[Mapping[str, np.ndarray]], threads: int = 2
+) -> dict[str, np.ndarray]:
     """Each ``[1, C, T]`` tensor's largest magnitude per channel over all feeds."""
     import onnxruntime as ort
 
@@ -178,8 +196,11 @@ def channel_peaks(model: onnx.ModelProto, tensors: Sequence[str], feeds: Iterabl
     return peaks
 
 
-def equalize(model: onnx.ModelProto, names: Sequence[str], peaks: Mapping[str, np.ndarray],
-             ) -> tuple[onnx.ModelProto, dict[str, tuple[float, float]]]:
+def equalize(
+    model: onnx.ModelProto,
+    names: Sequence[str],
+    peaks: Mapping[str, np.ndarray],
+) -> tuple[onnx.ModelProto, dict[str, tuple[float, float]]]:
     """Each float convolution ``names`` made to output its channels divided by their peaks
     (weights and bias scaled), then multiplied back in float: one u8 scale per tensor then fits
     every channel. Returns the model and the equalized outputs' ranges ([-1, 1])."""
@@ -201,8 +222,14 @@ def equalize(model: onnx.ModelProto, names: Sequence[str], peaks: Mapping[str, n
         result = node.output[0]
         node.output[0] = f"{result}/equalized"
         graph.initializer.append(numpy_helper.from_array(scale.reshape(1, -1, 1), f"{result}/peaks"))
-        muls.append((node.name, onnx.helper.make_node("Mul", [node.output[0], f"{result}/peaks"], [result],
-                                                      name=f"{node.name}/unequalize")))
+        muls.append(
+            (
+                node.name,
+                onnx.helper.make_node(
+                    "Mul", [node.output[0], f"{result}/peaks"], [result], name=f"{node.name}/unequalize"
+                ),
+            )
+        )
         ranges[node.output[0]] = (-1.0, 1.0)
     after = dict(muls)
     nodes = [m for n in graph.node for m in ([n, after[n.name]] if n.name in after else [n])]
