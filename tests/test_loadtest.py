@@ -4,7 +4,6 @@ on the fake engine whose recommended target must move when the engine is made sl
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -121,9 +120,7 @@ def run_sweep(tmp: Path, rtf: float) -> dict:
 
 
 def test_recommended_target_moves_when_the_engine_is_slower(tmp_path: Path) -> None:
-    started = time.monotonic()
     fast, slow = run_sweep(tmp_path, 0.05), run_sweep(tmp_path, 0.5)
-    assert time.monotonic() - started < 40
     # two sessions synthesize at once; the rest queue for a slot as long as a reply takes
     assert fast["result"]["recommendation"]["knee"] == 4
     assert slow["result"]["recommendation"]["knee"] == 2
