@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import re
 import signal
@@ -33,6 +34,7 @@ from gateway.audio.decode import decode_mp3
 from gateway.audio.mp3 import is_whole_frames
 from gateway.config import Settings
 from gateway.core.segmenter import split_text
+from gateway.engines.container import START_TIMEOUT_S
 from gateway.engines.fake import FakeEngine, fake_duration_s
 from gateway.errors import EngineError
 from gateway.web.container import STREAM_PATH, make_container_app
@@ -163,14 +165,13 @@ async def read_reply(ws: aiohttp.ClientWebSocketResponse) -> tuple[list[dict[str
 
 
 # -- the container on its own ----------------------------------------------------------------
-async def test_ping_and_socket_accepted_within_250ms(container: Container, http: aiohttp.ClientSession) -> None:
+async def test_ping_and_socket_accepted(container: Container, http: aiohttp.ClientSession) -> None:
+    # SageMaker's sidecar wants the socket within 250 ms: the handshake waits on nothing (not
+    # even the engine: test_ping_is_503_until_the_engine_is_loaded); its speed is not asserted
     async with http.get(container.url + "/ping") as resp:
         assert resp.status == 200 and (await resp.json())["status"] == "ok"
     for _ in range(5):
-        t0 = time.perf_counter()
         async with http.ws_connect(container.ws_url) as ws:
-            handshake_s = time.perf_counter() - t0
-            assert handshake_s < 0.25, handshake_s
             await ws.ping()  # and pings are answered (autoping): no close follows
             assert not ws.closed
 
@@ -247,9 +248,13 @@ async def test_ping_is_503_until_the_engine_is_loaded(http: aiohttp.ClientSessio
     async with in_process_container(engine) as (c, app):
         async with http.get(c.url + "/ping") as resp:
             assert resp.status == 503 and (await resp.json())["status"] == "loading"
-        t0 = time.perf_counter()
-        async with http.ws_connect(c.ws_url):
-            assert time.perf_counter() - t0 < 0.25  # the handshake never waits for the engine
+        # the handshake never waits for the engine: it completes while the engine cannot load
+        # (only this test lets it, below); the timeout is a hang guard, not the assertion
+        async with asyncio.timeout(30):
+            ws = await http.ws_connect(c.ws_url)
+        async with ws:
+            assert not engine.loaded.is_set() and not app[GATEWAY].ready.is_set()
+            assert not ws.closed
         engine.loaded.set()
         await app[GATEWAY].ready.wait()
         async with http.get(c.url + "/ping") as resp:
@@ -257,17 +262,22 @@ async def test_ping_is_503_until_the_engine_is_loaded(http: aiohttp.ClientSessio
 
 
 async def test_container_that_failed_to_load_fails_the_gateway_at_once(
-    start_server, http: aiohttp.ClientSession
+    start_server, http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="gateway")
     async with in_process_container(BrokenEngine(fake_settings())) as (c, app):
         await app[GATEWAY].ready.wait()
         async with http.get(c.url + "/ping") as resp:
             body = await resp.json()
             assert resp.status == 503 and body["status"] == "failed" and "no .pth weights" in body["error"]
-        t0 = time.perf_counter()
-        server = await start_server(fake_settings(engine="container", container_url=c.ws_url))
-        assert time.perf_counter() - t0 < 5  # not the whole start timeout
-        assert "no .pth weights" in (server.app[GATEWAY].load_error or "")
+        async with asyncio.timeout(START_TIMEOUT_S / 2):  # a hang guard: waiting out the start timeout fails
+            server = await start_server(fake_settings(engine="container", container_url=c.ws_url))
+        error = server.app[GATEWAY].load_error or ""
+        # at once: the first /ping's "failed" is final, not retried until the start timeout
+        assert "failed to load its engine: EngineError: no .pth weights" in error and "not ready after" not in error, (
+            error
+        )
+        assert not [r for r in caplog.records if "waiting for the container" in r.getMessage()]
         async with http.get(server.url + "/readyz") as resp:
             assert resp.status == 503
 

@@ -200,7 +200,7 @@ async def test_speech_stream_client_that_leaves_gives_back_its_slot(start_server
     resp.close()
     admission = server.app[GATEWAY].admission
     t0 = time.perf_counter()
-    while (server.engine.active or admission.active) and time.perf_counter() - t0 < 5:
+    while (server.engine.active or admission.active) and time.perf_counter() - t0 < 30:  # a hang guard
         await asyncio.sleep(0.01)
     assert server.engine.active == 0 and admission.active == 0
     assert server.engine.calls < 10  # 40 sentences asked for

@@ -64,6 +64,7 @@ class FakeEngine(EngineBase):
         self.options = section(settings, "fake", FakeSettings)
         self.calls = 0  # segments started (``work``): cancelled work shows as calls not made
         self.active = 0  # segments in progress right now
+        self.unfinished = 0  # segments closed before their last chunk (cancelled, failed or timed out)
         if self.options.workers > 0:  # one engine shared by every call, like a real model
             self.max_concurrency = self.options.workers
         self._workers: asyncio.Semaphore | None = None
@@ -123,6 +124,7 @@ class FakeEngine(EngineBase):
         s = self.options
         self.calls += 1
         self.active += 1
+        finished = False
         if s.workers > 0 and self._workers is None:
             self._workers = asyncio.Semaphore(s.workers)
         try:
@@ -130,8 +132,11 @@ class FakeEngine(EngineBase):
                 async with contextlib.aclosing(self._compute(text, voice, speed, timestamps)) as items:
                     async for item in items:
                         yield item
+            finished = True
         finally:
             self.active -= 1
+            if not finished:
+                self.unfinished += 1
 
     async def _compute(
         self, text: str, voice: str, speed: float, timestamps: bool
