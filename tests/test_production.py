@@ -29,6 +29,7 @@ from gateway.ops.workers import WORKER_HEADER
 from gateway.web.proxies import parse_trusted, resolve_client
 
 from .conftest import Server, fake_settings
+from .support.handshake import ws_with_headers
 
 FAKE = ("--engine", "fake")
 QUIET = ["speed_warmup_text="]
@@ -49,12 +50,11 @@ async def until(condition: Callable[[], Awaitable[bool] | bool], timeout: float,
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
-async def ws_session(
-    http: aiohttp.ClientSession, url: str, text: str = "Hello there. How are you?"
-) -> tuple[int, dict]:
-    """One WebSocket session to its end: (the pid of the worker that served it, its ``done``)."""
-    async with http.ws_connect(url.replace("http://", "ws://") + "/v1/stream/ws") as ws:
-        pid = int(ws._response.headers[WORKER_HEADER])
+async def ws_session(url: str, text: str = "Hello there. How are you?") -> tuple[int, dict]:
+    """One WebSocket session to its end, on a connection of its own: (the pid of the worker
+    that served it, from the handshake's headers, and its ``done``)."""
+    async with ws_with_headers(url.replace("http://", "ws://") + "/v1/stream/ws") as (ws, handshake):
+        pid = int(handshake[WORKER_HEADER])
         await ws.send_json({"type": "start", "format": "pcm"})
         await ws.send_json({"type": "text", "text": text})
         await ws.send_json({"type": "end"})
@@ -106,9 +106,7 @@ def two_workers() -> ServerProcess:
 
 async def test_two_workers_share_sessions_and_metrics_agree(two_workers: ServerProcess) -> None:
     url, sessions = two_workers.url, 24
-    connector = aiohttp.TCPConnector(limit=0, force_close=True)
-    async with aiohttp.ClientSession(connector=connector) as http:
-        served = await asyncio.gather(*(ws_session(http, url) for _ in range(sessions)))
+    served = await asyncio.gather(*(ws_session(url) for _ in range(sessions)))
     pids = {pid for pid, _ in served}
     assert len(pids) == 2, f"all {sessions} sessions went to {pids}"
     assert all(parent_of(pid) == two_workers.proc.pid for pid in pids)  # the supervisor's workers
@@ -123,24 +121,23 @@ async def test_two_workers_share_sessions_and_metrics_agree(two_workers: ServerP
 
 async def test_a_killed_worker_comes_back_and_the_port_keeps_serving(two_workers: ServerProcess) -> None:
     url = two_workers.url
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=True)) as http:
-        before = await asyncio.gather(*(ws_session(http, url) for _ in range(12)))
-        pids = {pid for pid, _ in before}
-        victim = min(pids)
-        os.kill(victim, signal.SIGKILL)
-        await until(
-            lambda: any(f"worker {victim} exited" in line for line in list(two_workers.tail)),
-            30,
-            "the supervisor to see the worker die",
-        )
-        seen: set[int] = set()
+    before = await asyncio.gather(*(ws_session(url) for _ in range(12)))
+    pids = {pid for pid, _ in before}
+    victim = min(pids)
+    os.kill(victim, signal.SIGKILL)
+    await until(
+        lambda: any(f"worker {victim} exited" in line for line in list(two_workers.tail)),
+        30,
+        "the supervisor to see the worker die",
+    )
+    seen: set[int] = set()
 
-        async def replaced() -> bool:  # every session in the meantime is served, by someone
-            served = await asyncio.gather(*(ws_session(http, url) for _ in range(4)))
-            seen.update(pid for pid, _ in served)
-            return bool(seen - pids)
+    async def replaced() -> bool:  # every session in the meantime is served, by someone
+        served = await asyncio.gather(*(ws_session(url) for _ in range(4)))
+        seen.update(pid for pid, _ in served)
+        return bool(seen - pids)
 
-        await until(replaced, 60, "a new worker to serve")
+    await until(replaced, 60, "a new worker to serve")
     new = seen - pids
     assert victim not in seen and all(parent_of(pid) == two_workers.proc.pid for pid in new)
     scrapes = await scrape_all_workers(url, 2)
@@ -151,17 +148,16 @@ async def test_a_killed_worker_comes_back_and_the_port_keeps_serving(two_workers
 async def test_sigterm_drains_every_worker() -> None:
     server = ServerProcess("serve", *FAKE, "--workers", "2", settings=[*QUIET, "fake_rtf=0.5"])
     try:
-        async with aiohttp.ClientSession() as http:
-            async with http.ws_connect(server.url.replace("http://", "ws://") + "/v1/stream/ws") as ws:
-                worker = int(ws._response.headers[WORKER_HEADER])
-                await ws.send_json({"type": "start", "format": "pcm"})
-                await ws.send_json({"type": "text", "text": "One two three four five six. Seven eight nine ten."})
-                await ws.send_json({"type": "end"})
+        async with ws_with_headers(server.url.replace("http://", "ws://") + "/v1/stream/ws") as (ws, handshake):
+            worker = int(handshake[WORKER_HEADER])
+            await ws.send_json({"type": "start", "format": "pcm"})
+            await ws.send_json({"type": "text", "text": "One two three four five six. Seven eight nine ten."})
+            await ws.send_json({"type": "end"})
+            first = await ws.receive()
+            while first.type != aiohttp.WSMsgType.BINARY:
                 first = await ws.receive()
-                while first.type != aiohttp.WSMsgType.BINARY:
-                    first = await ws.receive()
-                server.proc.send_signal(signal.SIGTERM)  # mid-reply: the reply still finishes
-                events = [m.json()["type"] async for m in ws if m.type == aiohttp.WSMsgType.TEXT]
+            server.proc.send_signal(signal.SIGTERM)  # mid-reply: the reply still finishes
+            events = [m.json()["type"] async for m in ws if m.type == aiohttp.WSMsgType.TEXT]
         assert events[-1] == "done", events
         assert await asyncio.to_thread(server.proc.wait, 60) == 0
         assert not Path(f"/proc/{worker}").exists()

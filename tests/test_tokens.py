@@ -19,6 +19,7 @@ from gateway.ops.workers import WORKER_HEADER
 from gateway.web import tokens
 
 from .conftest import Server, fake_settings
+from .support.handshake import ws_with_headers
 from .test_production import FAKE, QUIET, until
 
 ServerFactory = Callable[..., Awaitable[Server]]
@@ -94,9 +95,9 @@ async def test_the_websocket_subprotocol_form(server: Server, http: aiohttp.Clie
     """``new WebSocket(url, ["token", token])``: the server answers the subprotocol ``token``
     (a browser drops a socket whose answer names none of the protocols it offered)."""
     token = (await mint(http, server.url, scope=["ws"]))["token"]
-    async with http.ws_connect(server.ws_url, protocols=("token", token)) as ws:
+    async with ws_with_headers(server.ws_url, protocols=("token", token)) as (ws, handshake):
         assert ws.protocol == "token"
-        assert ws._response.headers["Sec-WebSocket-Protocol"] == "token"  # never the token itself
+        assert handshake["Sec-WebSocket-Protocol"] == "token"  # never the token itself
         await ws.send_json({"type": "text", "text": "Hello there."})
         await ws.send_json({"type": "end"})
         events = [m.json()["type"] async for m in ws if m.type == aiohttp.WSMsgType.TEXT]

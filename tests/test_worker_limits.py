@@ -23,6 +23,8 @@ from bench.procs import ServerProcess
 from gateway.ops.workers import WORKER_HEADER
 from gateway.web.limits import LocalSlots, SharedLimits
 
+from .support.handshake import HandshakeHeaders
+
 SETTINGS = ["speed_warmup_text=", "max_active_sessions=3", "max_queued_sessions=0", "max_sessions_per_client=2"]
 TRIES = 8  # sockets per client address: all eight on one worker has odds of 1 in 128
 
@@ -45,11 +47,13 @@ async def sockets(url: str, source: str, n: int) -> AsyncIterator[list[tuple[int
     """``n`` sockets from the address ``source``, opened one by one and held open; yields
     (the worker pid that took each, its outcome)."""
     connector = aiohttp.TCPConnector(limit=0, force_close=True, local_addr=(source, 0))
-    async with aiohttp.ClientSession(connector=connector) as http, contextlib.AsyncExitStack() as stack:
+    handshake = HandshakeHeaders()  # one socket at a time: the latest response is its handshake
+    session = aiohttp.ClientSession(connector=connector, trace_configs=[handshake.config])
+    async with session as http, contextlib.AsyncExitStack() as stack:
         seen = []
         for _ in range(n):
             ws = await stack.enter_async_context(http.ws_connect(url.replace("http://", "ws://") + "/v1/stream/ws"))
-            seen.append((int(ws._response.headers[WORKER_HEADER]), await outcome(ws)))
+            seen.append((int(handshake.last[WORKER_HEADER]), await outcome(ws)))
         yield seen
 
 
