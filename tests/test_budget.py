@@ -15,7 +15,7 @@ import pytest
 
 from bench.player import Arrival, simulate
 from gateway.config import Settings
-from gateway.core.budget import Budget, Job, Stream, edf, late, newcomer, share_key
+from gateway.core.budget import Budget, ShareKey, edf, late, newcomer, share_key
 from gateway.core.engine_rate import EngineRate
 from gateway.core.listener import Listener
 from gateway.core.options import StreamOptions
@@ -24,6 +24,7 @@ from gateway.core.scheduler import EngineScheduler
 from gateway.errors import Overloaded
 from gateway.web.state import GATEWAY
 from tests.conftest import Server
+from tests.support.members import Fixed, Seat
 
 RATE = 24000
 
@@ -56,16 +57,6 @@ def listener(
         budget=budget,
         clock=clock,
     )
-
-
-class Fixed:
-    """A member of the budget whose remaining work is known: ``jobs`` (work, deadline from now)."""
-
-    def __init__(self, jobs: list[tuple[float, float]]) -> None:
-        self.jobs = jobs
-
-    def stream(self, now: float, running: float | None) -> Stream:
-        return Stream(tuple(Job(w, d, 1.0) for w, d in self.jobs))
 
 
 async def test_the_engine_serves_the_earliest_deadline_first() -> None:
@@ -182,9 +173,9 @@ class Sharing(Fixed):
     def __init__(self, jobs: list[tuple[float, float]], texts: list[str], clock: Clock, start_s: float) -> None:
         super().__init__(jobs)
         self.key = share_key("tone_a", 1.0, None, texts, True)
-        self.listener = type("L", (), {"promised_start": clock() + start_s})()
+        self.listener = Seat(clock() + start_s)
 
-    def share_key(self):  # type: ignore[no-untyped-def]
+    def share_key(self) -> ShareKey | None:
         return self.key
 
 

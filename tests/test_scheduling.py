@@ -21,8 +21,9 @@ from gateway.core.edf import job, late, play
 from gateway.core.scheduler import EngineScheduler
 
 from .support.listeners_sim import Engine, Heard, round_of, sim_settings
+from .support.members import Fixed
 from .support.virtual_time import run_virtual
-from .test_budget import Clock, Fixed, steady_rate
+from .test_budget import Clock, steady_rate
 
 
 def rounds(rtf: float, chunk_ms: int, max_n: int, **listen: Any) -> list[list[Heard]]:

@@ -52,6 +52,7 @@ __all__ = [
     "Budget",
     "Job",
     "Member",
+    "Seat",
     "Stream",
     "Verdict",
     "edf",
@@ -96,12 +97,28 @@ def shares(a: ShareKey | None, b: ShareKey | None) -> bool:
     return bool(short) and long[len(long) - len(short) :] == short
 
 
-def _key_of(member: object) -> ShareKey | None:
-    key = getattr(member, "share_key", None)
-    return key() if callable(key) else None
+class Seat(Protocol):
+    """A member's listener as the budget sees it: the owner of its engine calls (matched by
+    identity) and the start it was promised at admission."""
+
+    @property
+    def promised_start(self) -> float | None:
+        """Clock time its playback was forecast to start (None: not promised yet)."""
+        ...
 
 
 class Member(Protocol):
+    """An admitted live reply (the pipeline, ``membership.BudgetMember``)."""
+
+    @property
+    def listener(self) -> Seat:
+        """The listener its engine calls are for (``Call.owner``)."""
+        ...
+
+    def share_key(self) -> ShareKey | None:
+        """What its remaining work is shared on with identical replies (None: nothing)."""
+        ...
+
     def stream(self, now: float, running: float | None) -> Stream:
         """The work still to do; ``running``: the compute left in this member's call that is
         running now (None when it has none running)."""
@@ -165,7 +182,7 @@ class Budget:
         return min(self.scheduler.slots, len(self.members) + len(self.scheduler.running) + 1)
 
     def streams(
-        self, exclude: object = None, key: ShareKey | None = None, queued: bool = False
+        self, exclude: Member | Seat | None = None, key: ShareKey | None = None, queued: bool = False
     ) -> tuple[list[Stream], list[float]]:
         """Every member's remaining work now, and when each slot is free. Members sharing
         their synthesis count once; ``exclude`` (a member or its listener) and the members it
@@ -173,12 +190,12 @@ class Budget:
         queue count too (all of them are ahead of a newcomer)."""
         now = self.clock()
         if key is None and exclude is not None:
-            key = next((_key_of(m) for m in self.members if exclude in (m, getattr(m, "listener", m))), None)
+            key = next((m.share_key() for m in self.members if exclude in (m, m.listener)), None)
         counted: list[ShareKey | None] = [key]
         left_out: set[int] = set()  # listeners whose work is the one left out's own
-        members = []
+        members: list[tuple[Member, Seat]] = []
         for m in [*self.members, *(self.expected if queued else ())]:
-            listener, mine = getattr(m, "listener", m), _key_of(m)
+            listener, mine = m.listener, m.share_key()
             if (exclude is not None and exclude in (m, listener)) or any(shares(mine, k) for k in counted):
                 left_out.add(id(listener))  # left out, or its work is a twin's
                 continue
@@ -201,8 +218,8 @@ class Budget:
         """The forecast start (s from now) of an admitted reply that ``key``'s shares its
         synthesis with, else None."""
         for m in self.members:
-            if shares(key, _key_of(m)):
-                promised = getattr(getattr(m, "listener", None), "promised_start", None)
+            if shares(key, m.share_key()):
+                promised = m.listener.promised_start
                 return max(0.0, promised - self.clock()) if promised is not None else 0.0
         return None
 
@@ -211,13 +228,13 @@ class Budget:
         admission promises must hold on a machine noisier than the replies it learned from)."""
         return max(self.safety_floor, self.engine_rate.safety(self.safety_floor))
 
-    def load(self, exclude: object = None) -> float:
+    def load(self, exclude: Member | Seat | None = None) -> float:
         """Engine-seconds per second the admitted listeners need while they play, per slot."""
         streams, _ = self.streams(exclude)
         need = sum(sum(j.work_s for j in s.jobs) / max(1e-3, sum(j.audio_s for j in s.jobs)) for s in streams)
         return round(need / max(1, min(self.scheduler.slots, max(1, len(streams)))), 3)
 
-    def headroom(self, listener: object, rtf: float) -> bool:
+    def headroom(self, listener: Seat, rtf: float) -> bool:
         """Can the engine give ``listener`` ``rtf`` engine-seconds per second beside the others'?"""
         if not self.contended():
             return True
@@ -257,7 +274,7 @@ class Budget:
         self,
         audio: Sequence[float],
         mode: str | None,
-        exclude: object = None,
+        exclude: Member | Seat | None = None,
         key: ShareKey | None = None,
         queued: bool = False,
     ) -> Verdict:
@@ -276,7 +293,7 @@ class Budget:
         audio: Sequence[float],
         mode: str | None,
         key: ShareKey | None = None,
-        exclude: object = None,
+        exclude: Member | Seat | None = None,
         tentative: bool = False,
     ) -> Verdict:
         """The verdict for a new session (``audio``: its segments' forecast audio; empty: not
@@ -313,7 +330,7 @@ class Budget:
     ) -> None:
         """Join the admitted members: at once when ``verdict`` says so, else after waiting in
         the queue (first come first) until its forecast start is within the limit."""
-        if verdict.wait_s == 0.0 and (not self.queue or self.twin_start(_key_of(member)) is not None):
+        if verdict.wait_s == 0.0 and (not self.queue or self.twin_start(member.share_key()) is not None):
             self.add(member)
             return
         ticket = object()
@@ -322,8 +339,8 @@ class Budget:
         give_up = loop.time() + verdict.wait_s + self.queue_timeout_s
         try:
             while not (
-                (self.queue[0] is ticket or self.twin_start(_key_of(member)) is not None)
-                and self.verdict(audio(), mode, member, _key_of(member)).wait_s == 0.0
+                (self.queue[0] is ticket or self.twin_start(member.share_key()) is not None)
+                and self.verdict(audio(), mode, member, member.share_key()).wait_s == 0.0
             ):
                 if loop.time() >= give_up:
                     raise Overloaded(

@@ -38,7 +38,7 @@ class BudgetMember:
         """What this reply's remaining work is shared on with identical replies (the hub's
         flights), None before its text comes or with ``cache`` off."""
         if self.t_input is None:  # admitted, its text not fed yet: the text it was admitted with
-            return getattr(self, "planned_key", None)
+            return self.planned_key
         o = self.options
         return share_key(o.voice, o.speed, self.listener.requested, self._forecast_texts(self.current), o.cache)
 

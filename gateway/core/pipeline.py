@@ -45,7 +45,7 @@ from ..audio.resample import reply_encoder
 from ..config import Settings
 from ..errors import GatewayError, NothingToSpeak
 from ..kokoro.timestamps import WordTimes
-from .budget import Verdict
+from .budget import ShareKey, Verdict
 from .heard import Transcript
 from .listener import Listener
 from .membership import BudgetMember
@@ -114,6 +114,7 @@ class Pipeline(BudgetMember):
         self.verdict: Verdict | None = None  # the real-time budget's, for a reply that opens a session
         self.current: str | None = None  # the segment being synthesized
         self.planned: list[float] = []  # audio (s) per segment the budget admitted it for
+        self.planned_key: ShareKey | None = None  # the share key of the text it was admitted with
         self.texts: asyncio.Queue[str | None] = asyncio.Queue()
         self.pending: collections.deque[str] = collections.deque()  # in `texts`, for the forecast
         self.ready: asyncio.Queue[SegmentQueue | None] = asyncio.Queue(maxsize=max(1, s.lookahead))
