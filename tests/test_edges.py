@@ -138,6 +138,74 @@ async def test_a_same_origin_page_behind_a_tls_proxy_is_allowed(
             assert upgraded is allowed
 
 
+PROXIED_PAGE = {"Host": "10.0.0.9:8000", "Origin": "https://tts.example.com", "X-Forwarded-Proto": "https"}
+
+
+@pytest.mark.parametrize(
+    "header,forwarded",
+    [
+        ("x-forwarded-for", {"X-Forwarded-For": "198.51.100.1", "X-Forwarded-Host": "tts.example.com"}),
+        ("forwarded", {"Forwarded": "for=198.51.100.1;proto=https;host=tts.example.com"}),
+    ],
+)
+async def test_a_same_origin_page_behind_a_proxy_that_rewrites_host_is_allowed(
+    start_server: ServerFactory, header: str, forwarded: dict[str, str]
+) -> None:
+    """A proxy that sends the upstream's own name as Host (nginx's default ``proxy_pass``
+    Host, an ALB to a target IP) made the page https://tts.example.com cross-origin (403): the
+    origin check read Host only. A trusted proxy's X-Forwarded-Host / ``host=`` names the host
+    the browser used now; from anyone else, or when it is not a plain host[:port], it is ignored."""
+    proxied = await start_server(fake_settings(**behind(header, trusted_proxies="127.0.0.1")))
+    direct = await start_server(fake_settings(**behind(header)))  # nobody trusted: a forgery
+    forged = {
+        k: v.replace("tts.example.com", '"tts.example.com/x"' if k == "Forwarded" else "tts.example.com/x")
+        for k, v in forwarded.items()
+    }
+    async with aiohttp.ClientSession() as http:
+        for server, headers, allowed in (
+            (proxied, forwarded, True),
+            (direct, forwarded, False),
+            (proxied, forged, False),
+        ):
+            page = {**PROXIED_PAGE, **headers}
+            async with http.get(server.url + SSE, headers=page) as r:
+                assert (r.status == 200) is allowed, (server.settings.trusted_proxies, headers, r.status)
+                await r.read()
+            try:
+                async with http.ws_connect(server.ws_url, headers=page) as ws:
+                    await ws.close()
+                upgraded = True
+            except aiohttp.WSServerHandshakeError as exc:
+                assert exc.status == 403
+                upgraded = False
+            assert upgraded is allowed, headers
+
+
+@pytest.mark.parametrize(
+    "peer,hosts,host",
+    [
+        ("10.0.0.2", ["tts.example.com"], "tts.example.com"),
+        ("10.0.0.2", ["TTS.example.com:8443"], "tts.example.com:8443"),
+        ("10.0.0.2", ["[2001:db8::1]:443"], "[2001:db8::1]:443"),
+        ("203.0.113.9", ["tts.example.com"], None),  # peer untrusted
+        ("10.0.0.2", ["tts.example.com/path"], None),
+        ("10.0.0.2", ["user@tts.example.com"], None),
+        ("10.0.0.2", ["tts.example.com:99999"], None),
+        ("10.0.0.2", ["tts example.com"], None),
+        ("10.0.0.2", ["[not-v6]:80"], None),
+        ("10.0.0.2", ["tts.\u00e9xample.com"], None),
+        ("10.0.0.2", [""], None),
+    ],
+)
+def test_forwarded_host_only_from_trusted_proxies_and_only_a_host(
+    peer: str, hosts: list[str], host: str | None
+) -> None:
+    from gateway.web.proxies import Forwarding, parse_trusted, resolve_request
+
+    fwd = Forwarding(("198.51.100.1",), (), tuple(hosts))
+    assert resolve_request(peer, fwd, parse_trusted("10.0.0.0/8")).host == host
+
+
 # -- finding 3: no credential in any log line, error text or metric -----------------------------
 async def test_tokens_in_the_query_are_redacted_everywhere(
     start_server: ServerFactory, caplog: pytest.LogCaptureFixture

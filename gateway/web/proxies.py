@@ -11,12 +11,15 @@ Per-client limits, the access log and the handlers all see the result as ``reque
 
 The scheme the client used (``X-Forwarded-Proto``, or ``proto=`` of the client's ``Forwarded``
 element) becomes ``request.scheme``, so the Origin check knows that a page was served over
-https by a TLS-terminating proxy.
+https by a TLS-terminating proxy. The host it asked for (``X-Forwarded-Host``, or ``host=``)
+becomes ``request.host``, so a proxy that rewrites ``Host`` (to an upstream's name) does not
+make the page cross-origin; a value that is not a plain ``host[:port]`` is ignored.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +33,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 XFF, FORWARDED = "x-forwarded-for", "forwarded"
 SCHEMES = frozenset({"http", "https", "ws", "wss"})
+# host[:port]: a DNS name or an IPv4 address, or an IPv6 address in brackets; nothing else
+_HOST = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]{0,252})(?::(\d{1,5}))?")
 
 # the request as the handlers saw it (client address and all), for the access log
 CLIENT_VIEW = web.RequestKey("client_view", web.BaseRequest)
@@ -43,6 +48,17 @@ class Forwarding:
 
     hops: tuple[str | None, ...]
     protos: tuple[str | None, ...]
+    hosts: tuple[str | None, ...] = ()  # the Host each asked for, aligned as ``protos``
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """The request as the client made it: its address, and the scheme and host it used where
+    a trusted proxy said so (None: the connection's own)."""
+
+    client: str | None
+    scheme: str | None = None
+    host: str | None = None
 
 
 def parse_trusted(spec: str) -> tuple[Network, ...]:
@@ -83,15 +99,47 @@ def _trusted(ip: Address | None, trusted: Sequence[Network]) -> bool:
     return ip is not None and any(ip in net for net in trusted)
 
 
+def valid_host(text: str | None) -> str | None:
+    """``text`` when it is a plain ``host[:port]`` (the form of a Host header), else None."""
+    text = (text or "").strip().strip('"')
+    match = _HOST.fullmatch(text) if text.isascii() else None
+    if match is None or (match.group(1) is not None and not 0 < int(match.group(1)) < 65536):
+        return None
+    if text.startswith("["):
+        try:
+            ipaddress.IPv6Address(text[1:].partition("]")[0])
+        except ValueError:
+            return None
+    return text.lower()
+
+
+def _aligned(values: list[str], hops: int) -> tuple[str, ...]:
+    """One value (ALB, nginx's ``$scheme`` / ``$host``) is what the client used; a list as long
+    as the hops is read like them; otherwise the last (what the nearest proxy saw)."""
+    return tuple(values) if len(values) == hops or not values else (values[-1],)
+
+
+def _pick(values: tuple[str | None, ...], index: int) -> str | None:
+    if len(values) == 1:
+        return values[0]
+    return values[index] if values and index < len(values) else None
+
+
 def forwarding(request: web.BaseRequest, header: str) -> Forwarding:
     """The hops and schemes of ``header`` alone (``forwarded_header``); the other is ignored."""
     if header == FORWARDED:
         elements = request.forwarded
-        return Forwarding(tuple(e.get("for") for e in elements), tuple(e.get("proto") for e in elements))
+        return Forwarding(
+            tuple(e.get("for") for e in elements),
+            tuple(e.get("proto") for e in elements),
+            tuple(e.get("host") for e in elements),
+        )
     hops = tuple(hop for value in request.headers.getall("X-Forwarded-For", ()) for hop in value.split(","))
-    protos = [p.strip() for value in request.headers.getall("X-Forwarded-Proto", ()) for p in value.split(",")]
-    # one value (ALB, nginx's $scheme) is what the client used; a list is read like the hops
-    return Forwarding(hops, tuple(protos) if len(protos) == len(hops) or not protos else (protos[-1],))
+
+    def listed(name: str) -> tuple[str, ...]:
+        return _aligned([v.strip() for value in request.headers.getall(name, ()) for v in value.split(",")], len(hops))
+
+    return Forwarding(hops, listed("X-Forwarded-Proto"), listed("X-Forwarded-Host"))
 
 
 def resolve_client(peer: str | None, hops: Sequence[str | None], trusted: Sequence[Network]) -> str | None:
@@ -102,10 +150,17 @@ def resolve_client(peer: str | None, hops: Sequence[str | None], trusted: Sequen
 
 def resolve(peer: str | None, fwd: Forwarding, trusted: Sequence[Network]) -> tuple[str | None, str | None]:
     """(client address, the scheme it used or None when unknown) as ``resolve_client`` says."""
+    resolved = resolve_request(peer, fwd, trusted)
+    return resolved.client, resolved.scheme
+
+
+def resolve_request(peer: str | None, fwd: Forwarding, trusted: Sequence[Network]) -> Resolved:
+    """The client's address as ``resolve_client`` says, and the scheme and host it used as
+    the proxy that took its request said (None when unknown, not valid, or not trusted)."""
     client = _address(peer)
     if not _trusted(client, trusted):
-        return peer, None
-    proto, index = None, len(fwd.hops)
+        return Resolved(peer)
+    index = len(fwd.hops)
     for index in range(len(fwd.hops) - 1, -1, -1):
         ip = _address(fwd.hops[index])
         if ip is None:
@@ -114,23 +169,21 @@ def resolve(peer: str | None, fwd: Forwarding, trusted: Sequence[Network]) -> tu
         client = ip
         if not _trusted(ip, trusted):
             break
-    if len(fwd.protos) == 1:
-        proto = fwd.protos[0]
-    elif fwd.protos and index < len(fwd.protos):
-        proto = fwd.protos[index]
-    proto = (proto or "").strip().strip('"').lower()
-    return str(client), proto if proto in SCHEMES else None
+    proto = (_pick(fwd.protos, index) or "").strip().strip('"').lower()
+    return Resolved(str(client), proto if proto in SCHEMES else None, valid_host(_pick(fwd.hosts, index)))
 
 
 def client_middleware(trusted: Sequence[Network], header: str = XFF) -> Middleware:
     @web.middleware
     async def forwarded_client(request: web.Request, handler: Handler) -> web.StreamResponse:
-        client, scheme = resolve(request.remote, forwarding(request, header), trusted)
+        seen = resolve_request(request.remote, forwarding(request, header), trusted)
         changes: dict[str, Any] = {}  # clone()'s keywords
-        if client != request.remote and client is not None:
-            changes["remote"] = client
-        if scheme is not None and scheme != request.scheme:
-            changes["scheme"] = {"ws": "http", "wss": "https"}.get(scheme, scheme)
+        if seen.client != request.remote and seen.client is not None:
+            changes["remote"] = seen.client
+        if seen.scheme is not None and seen.scheme != request.scheme:
+            changes["scheme"] = {"ws": "http", "wss": "https"}.get(seen.scheme, seen.scheme)
+        if seen.host is not None and seen.host != request.host:
+            changes["host"] = seen.host
         if changes:
             view = request.clone(**changes)
             request[CLIENT_VIEW] = view

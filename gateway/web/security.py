@@ -80,7 +80,8 @@ def check_origin(request: web.Request, settings: Settings) -> None:
 
     Requests without Origin (curl, SDKs, server-to-server) carry no ambient browser credentials
     and are allowed; cross-site pages are not, which stops cross-site WebSocket hijacking.
-    Behind a trusted TLS-terminating proxy ``request.scheme`` is the client's (``proxies.py``).
+    Behind a trusted proxy ``request.scheme`` and ``request.host`` are the client's (``proxies.py``:
+    ``X-Forwarded-Proto`` / ``X-Forwarded-Host``).
     """
     origin = request.headers.get("Origin")
     if origin is None:
@@ -98,6 +99,6 @@ def check_origin(request: web.Request, settings: Settings) -> None:
 
 
 def _own_hosts(request: web.Request) -> set[str]:
-    host = request.host  # from the Host header: what the browser used to reach us
+    host = request.host  # Host, or a trusted proxy's X-Forwarded-Host: what the browser used to reach us
     url = URL(f"{request.scheme}://{host}")
     return {f"{url.host}:{url.port}"}
