@@ -86,6 +86,9 @@ async def test_a_token_opens_every_route(server: Server, http: aiohttp.ClientSes
     assert sse.done is not None and sse.audio
     ws = await ws_stream(http, f"{server.ws_url}?token={token}", text="Hello there.", options={"format": "pcm"})
     assert ws.done is not None and ws.audio
+    # reusable until it expires, by design (docs/PROTOCOL.md): the same token opens the channel again
+    again = await ws_stream(http, f"{server.ws_url}?token={token}", text="Hello again.", options={"format": "pcm"})
+    assert again.done is not None and again.audio
     # and nothing without one
     assert await status_of(http, "GET", server.url + "/v1/voices") == (401, "unauthorized")
     assert await ws_refusal(http, server.ws_url) == 401

@@ -12,6 +12,9 @@ everything before it, base64url, with a key derived from ``auth_token`` (never t
 itself), compared in constant time. Every character is URL-safe and valid in a WebSocket
 subprotocol. Faults: 401 ``invalid_token`` (malformed, tampered, another key), 401
 ``token_expired``, 403 ``insufficient_scope`` (a route outside its scope, minting included).
+
+Being stateless, a token is reusable until it expires, not single-use: its replay window is its
+``ttl_s`` (docs/PROTOCOL.md, "Token request"); rotating ``auth_token`` revokes every token.
 """
 
 from __future__ import annotations
