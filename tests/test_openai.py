@@ -5,7 +5,6 @@ the whole MP3's Info frame (``stream: false``), and streaming (the default); plu
 from __future__ import annotations
 
 import io
-import time
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -15,7 +14,7 @@ import pytest
 import pytest_asyncio
 
 from gateway.audio.decode import decode_audio
-from gateway.audio.mp3 import count_frames, info_tag
+from gateway.audio.mp3 import count_frames, info_tag, is_whole_frames
 
 from .conftest import embedded_gateway
 
@@ -133,20 +132,18 @@ async def test_batch_mp3_has_an_info_frame_mutagen_reads_to_the_sample(client: o
     assert abs(decode_audio(mp3, "mp3").samples.size - len(pcm) // 2) <= 1
 
 
-async def test_stream_true_sends_the_first_audio_long_before_the_last(url: str) -> None:
+async def test_stream_true_on_the_real_model_sends_the_whole_reply_chunked(url: str) -> None:
+    """That the first audio comes before the last sentence is synthesized is an event order,
+    proven on the fake engine's gate (test_fake_engine.py, test_openai_stream.py), not a ratio of
+    arrival times here (a timed assertion flakes on a shared machine)."""
     async with aiohttp.ClientSession() as http:
-        t0 = time.perf_counter()
         async with http.post(
             url + "/v1/audio/speech",
             json={"model": "tts-1", "voice": "alloy", "input": REPLY, "response_format": "mp3", "stream": True},
         ) as r:
             assert r.status == 200 and r.headers["Transfer-Encoding"] == "chunked"
-            arrivals, audio = [], b""
-            async for chunk in r.content.iter_any():
-                arrivals.append(time.perf_counter() - t0)
-                audio += chunk
-    first, last = arrivals[0], arrivals[-1]
-    assert first < 0.5 * last, (first, last)  # four sentences: the first one arrives early
+            audio = await r.read()
+    assert is_whole_frames(audio)
     samples = decode_audio(audio, "mp3").samples
     assert len(samples) / RATE > 6.0  # the whole reply came
 
