@@ -6,23 +6,33 @@ A WebSocket holds its admission slot while it is open, so each test opens socket
 another and keeps them open: an admitted one answers ``ping`` with ``pong``, a refused one
 gets ``error`` and its close. The kernel spreads the connections over the two workers by their
 ports; a test first checks that both workers took some.
+
+The workers' lock on their shared counts is held by a second, real process in the last tests:
+one stopped while it holds it, then killed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import multiprocessing
 import os
 import signal
+import time
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import aiohttp
 import pytest
 
 from bench.procs import ServerProcess
+from bench.servers import serve_app
 from gateway.ops.workers import WORKER_HEADER
+from gateway.web.app import make_app
 from gateway.web.limits import LocalSlots, SharedLimits
+from gateway.web.state import GATEWAY
 
+from .conftest import fake_settings
 from .support.handshake import HandshakeHeaders
 
 SETTINGS = ["speed_warmup_text=", "max_active_sessions=3", "max_queued_sessions=0", "max_sessions_per_client=2"]
@@ -99,19 +109,80 @@ async def test_a_killed_workers_sessions_free_their_slots(two_workers: ServerPro
         assert [o for _, o in again].count("admitted") == 2, again
 
 
-def test_shared_counts_and_a_cleared_column() -> None:
-    table = SharedLimits(workers=2, clients=8)
+@pytest.fixture
+def table() -> Iterator[SharedLimits]:
+    shared = SharedLimits(workers=2, clients=8)
+    yield shared
+    shared.close()
+
+
+async def test_shared_counts_and_a_cleared_column(table: SharedLimits) -> None:
     a, b = table.for_worker(0), table.for_worker(1)
-    assert a.take_active(2) and b.take_active(2) and not a.take_active(2) and a.active() == 2
-    assert a.take_client("10.0.0.1", 2) and b.take_client("10.0.0.1", 2) and not b.take_client("10.0.0.1", 2)
+    assert await a.take_active(2) and await b.take_active(2) and not await a.take_active(2) and a.active() == 2
+    assert await a.take_client("10.0.0.1", 2) and await b.take_client("10.0.0.1", 2)
+    assert not await b.take_client("10.0.0.1", 2)
     for n in range(7):  # other clients fill the small table; the first keeps its row
-        assert a.take_client(f"10.0.1.{n}", 1)
-    assert not a.take_client("10.0.0.1", 2)
+        assert await a.take_client(f"10.0.1.{n}", 1)
+    assert not await a.take_client("10.0.0.1", 2)
     table.clear_worker(1)  # worker 1 died: its session and its client's count are gone
-    assert a.active() == 1 and b.take_client("10.0.0.1", 2) and not a.take_client("10.0.0.1", 2)
+    assert a.active() == 1 and await b.take_client("10.0.0.1", 2) and not await a.take_client("10.0.0.1", 2)
     a.release_client("10.0.0.1")
-    assert a.take_client("10.0.0.1", 2)
+    assert await a.take_client("10.0.0.1", 2)
     local = LocalSlots()
-    assert local.take_client("x", 1) and not local.take_client("x", 1)
+    assert await local.take_client("x", 1) and not await local.take_client("x", 1)
     local.release_client("x")
-    assert local.take_client("x", 1)
+    assert await local.take_client("x", 1)
+
+
+def hold_the_lock(table: SharedLimits, ready: Any) -> None:
+    """Worker 1, in its own process: one session counted, then the workers' lock taken and kept."""
+    assert asyncio.run(table.for_worker(1).take_active(100))
+    assert table.try_lock()
+    ready.set()
+    time.sleep(600)
+
+
+@contextlib.asynccontextmanager
+async def lock_holder(table: SharedLimits) -> AsyncIterator[multiprocessing.process.BaseProcess]:
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Event()
+    holder = ctx.Process(target=hold_the_lock, args=(table, ready), daemon=True)
+    holder.start()
+    try:
+        assert await asyncio.to_thread(ready.wait, 60), "the holder never took the lock"
+        yield holder
+    finally:
+        holder.kill()
+        await asyncio.to_thread(holder.join, 30)
+
+
+async def test_a_lock_held_by_a_stopped_then_killed_worker(table: SharedLimits) -> None:
+    """Worker 0 (this process's gateway) goes on serving while worker 1 holds the lock, stopped;
+    a session that needs the lock waits for it, on the loop, and is admitted once the holder is
+    killed; the counts stay right (the holder's session counted until its column is cleared)."""
+    settings = fake_settings(max_active_sessions=3, max_queued_sessions=0, queue_timeout_s=120)
+    app = make_app(settings, slots=table.for_worker(0))
+    async with serve_app(app) as url, aiohttp.ClientSession() as http, contextlib.AsyncExitStack() as stack:
+        await app[GATEWAY].ready.wait()
+        ws_url = url.replace("http://", "ws://") + "/v1/stream/ws"
+
+        async def connect() -> aiohttp.ClientWebSocketResponse:
+            return await stack.enter_async_context(http.ws_connect(ws_url))
+
+        first = await connect()
+        assert await outcome(first) == "admitted"
+        async with lock_holder(table) as holder:
+            assert holder.pid is not None
+            os.kill(holder.pid, signal.SIGSTOP)
+            waiting = asyncio.create_task(outcome(await connect()))
+            assert await outcome(first) == "admitted"  # the open session is served
+            async with http.get(url + "/healthz") as resp:
+                assert resp.status == 200
+            assert not waiting.done()  # no take while a live worker holds the lock
+            holder.kill()  # SIGKILL: the kernel frees its lock
+        assert await waiting == "admitted"
+        assert table.for_worker(0).active() == 3  # two here, and the dead worker's, not yet cleared
+        assert await outcome(await connect()) == "overloaded"
+        table.clear_worker(1)  # as the supervisor does before the slot's next worker starts
+        assert await outcome(await connect()) == "admitted"
+        assert await outcome(await connect()) == "overloaded"

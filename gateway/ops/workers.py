@@ -102,6 +102,7 @@ class Supervisor:
             wake_w.close()
             os.environ.pop(MULTIPROC_ENV, None)
             shutil.rmtree(metrics_dir, ignore_errors=True)
+            self.limits.close()  # its lock file
             log.info("stopped")
 
     def _on_signal(self, signum: int, frame: object) -> None:

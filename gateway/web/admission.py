@@ -9,7 +9,9 @@ served, and past ``max_queued`` (or after ``queue_timeout_s`` in the queue) it i
 The limits hold over the counts ``slots`` keeps (``limits.py``): this process's, or, with
 ``workers > 1``, every worker's on the port. A slot freed here goes to the first session
 waiting here; one freed in another worker is seen by the first waiter here, which looks every
-``POLL_S``. ``active`` is this process's own sessions (what a shutdown waits for).
+``POLL_S``. ``active`` is this process's own sessions (what a shutdown waits for). Taking a
+count may wait (on the loop) for the workers' lock; a session waits for it at most
+``queue_timeout_s`` (a worker stopped while it holds it), then is refused as ``Overloaded``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 
 from ..errors import Overloaded, ShuttingDown, TooManySessions
 from ..metrics import Metrics
@@ -62,7 +64,7 @@ class Admission:
         """Hold an active slot (and one of ``client``'s) for the body's duration."""
         if self.draining:
             raise ShuttingDown("the gateway is shutting down; retry on another instance")
-        if self.per_client and not self.slots.take_client(client, self.per_client):
+        if self.per_client and not await self._counted(self.slots.take_client(client, self.per_client)):
             raise TooManySessions(f"at most {self.per_client} concurrent sessions per client")
         try:
             await self._acquire()
@@ -75,7 +77,7 @@ class Admission:
                 self.slots.release_client(client)
 
     async def _acquire(self) -> None:
-        if not self._queue and self.slots.take_active(self.max_active):
+        if not self._queue and await self._counted(self.slots.take_active(self.max_active)):
             self.active += 1
             self.metrics.queued.set(self.waiting)
             return
@@ -113,9 +115,22 @@ class Admission:
         while not granted.done():
             await asyncio.wait([granted], timeout=POLL_S)
             first = next((w for w in self._queue if not w.done()), None)
-            if first is granted and self.slots.take_active(self.max_active):
+            if first is granted and await self.slots.take_active(self.max_active):
+                if granted.done():  # handed one by ``_release`` while it took this: one is enough
+                    self.slots.release_active()
+                    continue
                 self.active += 1
                 granted.set_result(None)
+
+    async def _counted(self, take: Coroutine[None, None, bool]) -> bool:
+        """``take``'s answer, within the queue timeout (its lock held by a stopped worker)."""
+        try:
+            async with asyncio.timeout(self.queue_timeout_s):
+                return await take
+        except TimeoutError:
+            raise Overloaded(
+                "the workers' session counts stayed locked; retry shortly", retry_after=self._retry_after()
+            ) from None
 
     def _release(self) -> None:
         """Hand the slot to the first waiter still waiting, or free it."""

@@ -16,27 +16,40 @@ workers, and each worker counts in it (``WorkerSlots``):
   lookup never scans the table. Should all of them be busy, that client goes unlimited (and a
   warning says so) rather than refused for others' sake.
 
-Every check and update holds one cross-process lock for a few microseconds. Each worker writes
-only its own column, so a worker that dies takes nothing with it: the supervisor zeroes its
-column (``clear_worker``) before the replacement starts. A worker killed while it held the lock
-would leave it taken; whoever then waits ``LOCK_TIMEOUT_S`` for it goes on and frees it.
+A take (a check, then the count) holds a lock shared by the workers for a few microseconds: an
+exclusive ``flock`` on a file the supervisor makes, which each process opens for itself. The
+event loop never waits on it: a take tries it without blocking and, while another process holds
+it, tries again after ``asyncio.sleep`` (``Admission`` bounds that wait by the queue timeout).
+The kernel frees a ``flock`` when its holder dies, so a worker killed while it held the lock
+leaves nothing taken; one stopped while it holds it (SIGSTOP, a debugger) holds up only the
+takes, on every worker, until it goes on or dies: the sessions already open are served as ever.
+
+A release and a read take no lock: each cell has one writer (its worker; a dead worker's, the
+supervisor, before the replacement starts), an aligned 8-byte cell is read and written whole,
+and a take that sees a count a moment before its release only refuses what it would have a
+moment earlier. So a dead worker takes nothing with it: the supervisor zeroes its column
+(``clear_worker``) before the replacement starts.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import fcntl
 import hashlib
 import logging
 import multiprocessing
+import os
+import tempfile
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 
 CLIENT_SLOTS = 4096
 PROBES = 64
-LOCK_TIMEOUT_S = 1.0
+RETRY_S = (0.001, 0.05)  # a busy lock is tried again after the first, doubling up to the second
 
 
 class Slots(Protocol):
@@ -44,11 +57,11 @@ class Slots(Protocol):
         """Sessions holding an active slot, over every process that shares these counts."""
         ...
 
-    def take_active(self, limit: int) -> bool: ...
+    async def take_active(self, limit: int) -> bool: ...
 
     def release_active(self) -> None: ...
 
-    def take_client(self, client: str, limit: int) -> bool: ...
+    async def take_client(self, client: str, limit: int) -> bool: ...
 
     def release_client(self, client: str) -> None: ...
 
@@ -63,7 +76,7 @@ class LocalSlots:
     def active(self) -> int:
         return self._active
 
-    def take_active(self, limit: int) -> bool:
+    async def take_active(self, limit: int) -> bool:
         if self._active >= limit:
             return False
         self._active += 1
@@ -72,7 +85,7 @@ class LocalSlots:
     def release_active(self) -> None:
         self._active -= 1
 
-    def take_client(self, client: str, limit: int) -> bool:
+    async def take_client(self, client: str, limit: int) -> bool:
         if self._clients[client] >= limit:
             return False
         self._clients[client] += 1
@@ -94,12 +107,16 @@ def client_key(client: str) -> int:
 
 class SharedLimits:
     """The table in shared memory; made by the supervisor, handed to each worker at its start
-    (``spawn`` pickles the lock and arrays into the child as shared, not as copies)."""
+    (``spawn`` pickles the arrays into the child as shared, not as copies, and the lock file's
+    path, which each process opens for itself). ``close`` removes the lock file."""
 
     def __init__(self, workers: int, clients: int = CLIENT_SLOTS) -> None:
         ctx = multiprocessing.get_context("spawn")
         self.workers, self.clients = workers, clients
-        self.lock: Any = ctx.Lock()
+        fd, self.lock_path = tempfile.mkstemp(prefix="gateway-limits-", suffix=".lock")
+        os.close(fd)
+        self._fd: int | None = None  # this process's own open file: a flock is per open file,
+        self._fd_pid = 0  # so a forked child, which shares its parent's, opens its own
         self.active_by_worker: Any = ctx.RawArray("q", workers)
         self.keys: Any = ctx.RawArray("q", clients)  # 0: a row never used
         self.counts: Any = ctx.RawArray("q", clients * workers)  # row r, worker w: [r * workers + w]
@@ -109,23 +126,51 @@ class SharedLimits:
             raise ValueError(f"worker slot {worker} outside 0..{self.workers - 1}")
         return WorkerSlots(self, worker)
 
-    @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
-        if not self.lock.acquire(timeout=LOCK_TIMEOUT_S):
-            # only a holder that died holds it this long: go on, and the release below frees it
-            log.error("the workers' shared session counts were locked %g s: taking the lock over", LOCK_TIMEOUT_S)
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_fd": None, "_fd_pid": 0}  # the child opens the file for itself
+
+    def close(self) -> None:
+        """Close this process's lock file, and remove it (the supervisor, at exit)."""
+        if self._fd is not None and self._fd_pid == os.getpid():
+            os.close(self._fd)
+        self._fd = None
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.lock_path)
+
+    def try_lock(self) -> bool:
+        """Take the workers' lock if it is free, never waiting."""
+        if self._fd is None or self._fd_pid != os.getpid():
+            self._fd, self._fd_pid = os.open(self.lock_path, os.O_RDWR | os.O_CLOEXEC), os.getpid()
         try:
-            yield
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+    def unlock(self) -> None:
+        if self._fd is not None and self._fd_pid == os.getpid():
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    @contextlib.asynccontextmanager
+    async def locked(self) -> AsyncIterator[None]:
+        """Hold the workers' lock; while another process holds it, the loop goes on and the
+        lock is tried again a little later (a holder that dies frees it: the kernel's doing)."""
+        pause = RETRY_S[0]
+        while not self.try_lock():
+            await asyncio.sleep(pause)
+            pause = min(RETRY_S[1], pause * 2)
+        try:
+            yield  # the body never awaits: the lock is held for microseconds
         finally:
-            with contextlib.suppress(ValueError):  # released by a taker-over already
-                self.lock.release()
+            self.unlock()
 
     def clear_worker(self, worker: int) -> None:
-        """Forget a dead worker's sessions (its column), before its slot is started again."""
-        with self.locked():
-            self.active_by_worker[worker] = 0
-            for row in range(self.clients):
-                self.counts[row * self.workers + worker] = 0
+        """Forget a dead worker's sessions (its column), before its slot is started again. No
+        lock: the column's writer is dead, and a take that sees it half cleared only admits a
+        session a moment sooner."""
+        self.active_by_worker[worker] = 0
+        for row in range(self.clients):
+            self.counts[row * self.workers + worker] = 0
 
     def total_active(self) -> int:
         return int(sum(self.active_by_worker))
@@ -135,7 +180,7 @@ class SharedLimits:
 
     def row_of(self, key: int, *, insert: bool) -> int | None:
         """``key``'s row among the first ``PROBES`` from its hash; with ``insert``, the first
-        free one there when it has none (None: all busy). Call it holding the lock."""
+        free one there when it has none (None: all busy); call that holding the lock."""
         free: int | None = None
         start = key % self.clients
         for i in range(min(PROBES, self.clients)):
@@ -160,25 +205,23 @@ class WorkerSlots:
         self.table, self.worker = table, worker
 
     def active(self) -> int:
-        with self.table.locked():
-            return self.table.total_active()
+        return self.table.total_active()  # a snapshot; a count or two may be a moment old
 
-    def take_active(self, limit: int) -> bool:
+    async def take_active(self, limit: int) -> bool:
         t = self.table
-        with t.locked():
+        async with t.locked():
             if t.total_active() >= limit:
                 return False
             t.active_by_worker[self.worker] += 1
             return True
 
     def release_active(self) -> None:
-        t = self.table
-        with t.locked():
-            t.active_by_worker[self.worker] = max(0, t.active_by_worker[self.worker] - 1)
+        t = self.table  # no lock: this worker is its cell's one writer
+        t.active_by_worker[self.worker] = max(0, t.active_by_worker[self.worker] - 1)
 
-    def take_client(self, client: str, limit: int) -> bool:
+    async def take_client(self, client: str, limit: int) -> bool:
         t = self.table
-        with t.locked():
+        async with t.locked():
             row = t.row_of(client_key(client), insert=True)
             if row is None:
                 log.warning("no room to count client %s's sessions across workers: not limited", client[:80])
@@ -189,9 +232,10 @@ class WorkerSlots:
             return True
 
     def release_client(self, client: str) -> None:
+        """No lock: this worker is its cells' one writer, and the client's row, which counts a
+        session of this worker's, is no other client's until it is released."""
         t = self.table
-        with t.locked():
-            row = t.row_of(client_key(client), insert=False)
-            cell = None if row is None else row * t.workers + self.worker
-            if cell is not None and t.counts[cell] > 0:
-                t.counts[cell] -= 1
+        row = t.row_of(client_key(client), insert=False)
+        cell = None if row is None else row * t.workers + self.worker
+        if cell is not None and t.counts[cell] > 0:
+            t.counts[cell] -= 1
