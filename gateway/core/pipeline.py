@@ -132,7 +132,7 @@ class Pipeline(BudgetMember):
             frames_per_payload=s.frames_per_payload,
             sample_rate=self.encoder.sample_rate,
         )
-        self.lead_in = getattr(self.encoder, "delay_samples", 0)  # heard before the first sample
+        self.lead_in = self.encoder.delay_samples  # heard before the first sample
         self.transcript = Transcript()  # what the reply said, when; what the listener heard
         self.encoded = 0  # samples given to the encoder so far: the reply's timeline
         self.ended = False

@@ -51,6 +51,15 @@ Key = tuple[str, float, str, str]
 Item = bytes | WordTimes  # what a flight yields: PCM, or the words of the PCM that follows
 
 
+class SlotOwner(Protocol):
+    """Whom an engine call is for (a ``Listener``): it says when it needs its next call."""
+
+    def next_deadline(self, call_audio_s: float) -> float | None:
+        """When it runs dry once this call's ``call_audio_s`` is in, if it has another segment
+        ready; None: it has none, so the engine's slot is not kept for it."""
+        ...
+
+
 class ItemStream(Protocol):
     """What ``SynthesisHub.synthesize`` returns: a flight's follower or a cached reply; closing
     it early leaves the flight (``contextlib.aclosing``)."""
@@ -72,7 +81,7 @@ class Flight:
         speed: float,
         mode: str | None,
         buffered_s: float,
-        slot: tuple[float, object | None] | None = None,
+        slot: tuple[float, SlotOwner | None] | None = None,
     ) -> None:
         self.hub, self.key = hub, key
         self.chunks: list[Item] = []
@@ -96,14 +105,14 @@ class Flight:
         buffered_s: float,
         deadline: float,
         work: float,
-        owner: object | None,
+        owner: SlotOwner | None,
     ) -> None:
         try:
             async with self.hub.scheduler.slot(deadline, work, owner) as call:
                 self._progress = self._loop.time()  # the watchdog counts from the engine's start
                 await self._run(text, voice, speed, mode, buffered_s)
-                if self.error is None and (after := getattr(owner, "next_deadline", None)) is not None:
-                    call.then = after(self.samples / self.hub.engine.sample_rate)  # keeps its slot if first
+                if self.error is None and owner is not None:  # it keeps its slot if it is first
+                    call.then = owner.next_deadline(self.samples / self.hub.engine.sample_rate)
         finally:
             self.done = True
             self.hub.forget(self)
@@ -257,7 +266,7 @@ class SynthesisHub:
         requested_mode: str | None = None,
         buffered_s: float = 0.0,
         share: bool = True,
-        slot: tuple[float, object | None] | None = None,
+        slot: tuple[float, SlotOwner | None] | None = None,
     ) -> ItemStream:
         """PCM chunks for ``text`` (and ``WordTimes`` before them, where the engine gives them).
         ``mode`` goes to the engine (the listener's pick for this segment); ``requested_mode``

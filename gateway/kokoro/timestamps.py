@@ -70,8 +70,9 @@ class WordTimes:
             out.append(Word(str(w["word"]), start, max(start, round(float(w["end_ms"]) * rate / 1000))))
         return cls(tuple(out), exact)
 
-    def to_ms(self, offset_samples: int, rate: int, limit_samples: int | None = None) -> list[dict[str, object]]:
-        """The wire form: ``[{word, start_ms, end_ms}]`` on a timeline ``offset_samples`` later."""
+    def to_ms(self, offset_samples: float, rate: int, limit_samples: int | None = None) -> list[dict[str, object]]:
+        """The wire form: ``[{word, start_ms, end_ms}]`` on a timeline ``offset_samples`` later
+        (a fraction where a resampling encoder's lead-in is counted at the engine's rate)."""
         out = []
         for w in self.words:
             start, end = w.start + offset_samples, w.end + offset_samples
