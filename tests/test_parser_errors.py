@@ -74,6 +74,7 @@ async def test_refused_bytes_get_json_then_the_connection_closes(
         status_line, headers, body = parse(answer)
         assert status_line == f"HTTP/1.0 {status} {HTTPStatus(status).phrase}"
         assert headers["Content-Type"] == "application/json; charset=utf-8"
+        assert headers["Server"] == "kokoro-gateway"  # no Python or aiohttp versions given away
         assert int(headers["Content-Length"]) == len(body)
         error = json.loads(body)
         assert set(error) == {"error"} and set(error["error"]) == {"code", "message"}
@@ -81,3 +82,15 @@ async def test_refused_bytes_get_json_then_the_connection_closes(
         assert await ping(ws) == "pong"  # the open session goes on
     async with http.get(fake_server.url + "/healthz") as resp:  # and new requests are served
         assert resp.status == 200
+        assert resp.headers["Server"] == "kokoro-gateway"
+
+
+async def test_a_long_bad_header_is_quoted_in_part(fake_server: Server) -> None:
+    """aiohttp's explanation quotes the client's bytes; the answer carries at most a few hundred."""
+    port = int(fake_server.url.rsplit(":", 1)[1])
+    name = b"Bad" + b"x" * 7000 + b" Name"
+    answer = await raw_exchange(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + name + b": 1\r\n\r\n")
+    status_line, _, body = parse(answer)
+    assert status_line == "HTTP/1.0 400 Bad Request"
+    message = json.loads(body)["error"]["message"]
+    assert message.startswith("malformed HTTP request") and len(message) <= 300, len(message)

@@ -19,7 +19,7 @@ from ..errors import GatewayError, Overloaded
 from ..metrics import Metrics
 from . import http
 from .admission import Admission
-from .httperrors import error_response, http_exception_response
+from .httperrors import error_response, http_exception_response, name_server
 from .limits import Slots
 from .openai_speech import speech
 from .proxies import client_middleware, parse_header, parse_trusted
@@ -163,6 +163,7 @@ def make_app(settings: Settings, engine: Engine | None = None, *, slots: Slots |
     app[GATEWAY] = build_gateway(settings, engine or create_engine(settings), slots=slots)
     app.cleanup_ctx.append(engine_lifecycle)
     app.on_shutdown.append(close_idle_upstream)
+    app.on_response_prepare.append(name_server)
     app.router.add_get("/", http.index)
     app.router.add_get("/healthz", http.healthz)
     app.router.add_get("/readyz", http.readyz)

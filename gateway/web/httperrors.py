@@ -35,6 +35,8 @@ _CODES = {
 }
 # the parser quotes the start of the line it refused: the request target (or the whole request
 # line) starts with "/" after an optional method; a header's name or value does not
+SERVER = "kokoro-gateway"  # not aiohttp's default, which names the Python and aiohttp versions
+MESSAGE_CHARS = 200  # of aiohttp's explanation, which quotes the client's bytes (up to 8 kB)
 _TARGET = re.compile(rb"^(?:[A-Z]+ )?(?:/|\*|https?://)")
 
 
@@ -73,12 +75,21 @@ def protocol_error(status: int, exc: BaseException | None) -> tuple[int, str, st
     if isinstance(exc, BadHttpMessage):
         if "too many headers" in exc.message.lower():
             return 431, _CODES[431], "too many request headers"
-        return 400, _CODES[400], f"malformed HTTP request: {redact(exc.message)}"
+        return 400, _CODES[400], f"malformed HTTP request: {_cut(redact(exc.message))}"
     if status == 504:
         return 504, _CODES[504], "the request took too long"
     if status >= 500:
         return 500, _CODES[500], "internal server error"
     return status, _CODES.get(status, "bad_request"), HTTPStatus(status).phrase
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS] + "…"
+
+
+async def name_server(request: web.Request, response: web.StreamResponse) -> None:
+    """``on_response_prepare``: every response names the product, not its software's versions."""
+    response.headers["Server"] = SERVER
 
 
 class JsonErrorHandler(RequestHandler):
@@ -92,7 +103,7 @@ class JsonErrorHandler(RequestHandler):
         else:  # logs the traceback; raises ConnectionError once response bytes went out
             super().handle_error(request, status, exc, message)
         status, code, text = protocol_error(status, exc)
-        response = error_response(status, code, text)
+        response = error_response(status, code, text, {"Server": SERVER})
         response.force_close()
         return response
 
