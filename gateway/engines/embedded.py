@@ -82,7 +82,7 @@ class EmbeddedSettings:
     vocoder_cache: str
     vocoder_exact_below_s: float
     vocoder_batch_rest: bool
-    precision: str  # int8 (as shipped), fp32 or fp16: gateway.kokoro.floatgraph
+    precision: str  # int8 (as shipped), fp32, fp16 or int8-static: gateway.kokoro.floatgraph
     provider: str  # cpu or cuda (onnxruntime-gpu)
 
     def check(self) -> None:
