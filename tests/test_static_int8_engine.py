@@ -3,7 +3,7 @@
 The gateway on the static graph streams a sentence over the WebSocket in several chunks (the
 streaming vocoder is cut from the same graph) and Whisper hears the words; its text side is the
 shipped one, so its durations equal the int8 graph's on the same tokens; a damaged cache file is
-rebuilt, not loaded; an unknown precision is refused at start in one line. The graph is built
+rebuilt, not loaded; an unknown precision (or int8-static on cuda) is refused at start in one line. The graph is built
 once into the user cache (``~/.cache/kokoro-gateway/float``), as in production.
 """
 
@@ -134,3 +134,8 @@ def test_an_unknown_precision_is_refused_at_start_in_one_line(tmp_path: Path) ->
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode != 0 and len(lines) == 1, proc.stderr
     assert "embedded_precision must be one of int8, fp32, fp16, int8-static, not 'int4'" in lines[0]
+    from gateway.config import Settings
+    from gateway.engines.embedded import EmbeddedEngine
+
+    with pytest.raises(ValueError, match="int8-static is for the CPU"):
+        EmbeddedEngine(Settings(embedded_precision="int8-static", embedded_provider="cuda"))

@@ -98,12 +98,12 @@ class KokoroModel:
         from .g2p import Phonemizer
 
         t0 = time.perf_counter()
-        # the G2P (spaCy, lexicons: Python) loads on a thread of its own while onnxruntime builds
-        # the session below (native code that releases the GIL): start-up costs the longer of the
-        # two, not their sum
         self.vocab = load_vocab()
         # int8-static: its ranges are calibrated on these voices (gateway.kokoro.floatgraph.static_build)
         self.calibration = static_calibration(voices.packs, self.vocab) if precision == STATIC else None
+        # the G2P (spaCy, lexicons: Python) loads on a thread of its own while onnxruntime builds
+        # the session below (native code that releases the GIL): start-up costs the longer of the
+        # two, not their sum
         with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kokoro-g2p-load") as pool:
             g2p = pool.submit(_timed, Phonemizer, g2p_route)
             self._load_session(precision, provider, threads)
