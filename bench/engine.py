@@ -50,8 +50,8 @@ async def timed(engine: EmbeddedEngine, text: str, voice: str) -> Timing:
     return Timing(first, time.perf_counter() - t0, samples / engine.sample_rate)
 
 
-async def measure(threads: int, voice: str, repeats: int) -> dict[str, float]:
-    engine = EmbeddedEngine(Settings(embedded_threads=threads))
+async def measure(threads: int, voice: str, repeats: int, precision: str = "int8") -> dict[str, float]:
+    engine = EmbeddedEngine(Settings(embedded_threads=threads, embedded_precision=precision))
     await engine.start()
     try:
         voice = voice or engine.default_voice
@@ -79,6 +79,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     parser.add_argument("--voice", default="")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument(
+        "--precisions",
+        default="int8",
+        help="threads: embedded_precision values to compare, e.g. int8,int8-static (docs/STATIC_INT8.md)",
+    )
     parser.add_argument(
         "--path-reps",
         type=int,
@@ -123,17 +128,22 @@ def main(argv: list[str]) -> int:
 
 
 def threads_report(args: argparse.Namespace) -> str:
-    rows = [asyncio.run(measure(int(t), args.voice, args.repeats)) for t in args.threads.split(",")]
+    runs = [
+        (p, asyncio.run(measure(int(t), args.voice, args.repeats, p)))
+        for p in args.precisions.split(",")
+        for t in args.threads.split(",")
+    ]
+    rows = [r for _, r in runs]
     base = rows[0]["rtf"]
     lines = [
-        f"{'threads':>7} {'load s':>7} {'RTF':>6} {'vs first':>8} "
+        f"{'precision':>11} {'threads':>7} {'load s':>7} {'RTF':>6} {'vs first':>8} "
         f"{'first audio: short':>19} {'normal':>7} {'ratio':>6} {'rest ready':>11}",
     ]
-    for r in rows:
+    for precision, r in runs:
         # the short segment pays off only if the rest is computed while it plays
         rest_gap = r["rest_total_s"] - r["short_audio_s"]
         lines.append(
-            f"{r['threads']:>7} {r['load_s']:>7.2f} {r['rtf']:>6.3f} {r['rtf'] / base:>7.2f}x "
+            f"{precision:>11} {r['threads']:>7} {r['load_s']:>7.2f} {r['rtf']:>6.3f} {r['rtf'] / base:>7.2f}x "
             f"{r['short_first_s']:>18.3f}s {r['normal_first_s']:>6.3f}s "
             f"{r['normal_first_s'] / r['short_first_s']:>5.2f}x "
             f"{'yes' if rest_gap <= 0 else f'+{rest_gap:.2f}s late':>11}"

@@ -4,14 +4,16 @@
         [--voices af_heart] [--sentences 3] [--calib-voices af_heart,am_michael,bf_emma]
         [--calib-sentences 6] [--observed FILE.npz] [--wer] [--repeats 3]
 
-A variant is ``GROUPS:METHOD``: which decoder convolutions go static (``all``, ``all-G1-G2``
-for all but those groups, or a comma list of groups joined by ``+``: ``resblocks.3+resblocks.4``)
-and how their activation ranges are calibrated (``minmax``, ``p99.99`` ..., ``IN~OUT`` for
-the convolutions' outputs by another, ``IN~eq`` for the outputs equalized per channel (the
-best), ``IN~float`` for outputs not quantized (no fusion: a diagnosis), or ``float`` for the
-float convolutions unquantized; see
-``gateway.kokoro.floatgraph.static_int8``). ``--sweep METHOD`` adds one variant per group
-(that group alone static): the per-layer sensitivity.
+A variant is ``wired`` (what ``embedded_precision = "int8-static"`` runs:
+``gateway.kokoro.floatgraph.static_build``, from the cache or built now) or ``GROUPS:METHOD``:
+which decoder convolutions go static (``all``, ``all-G1-G2`` for all but those groups, or a
+comma list of groups joined by ``+``: ``resblocks.3+resblocks.4``) and how their activation
+ranges are calibrated (``minmax``, ``p99.99`` ..., ``IN~OUT`` for the convolutions' outputs by
+another, ``IN~eq`` for the outputs equalized per channel (the best), ``IN~float`` for outputs
+not quantized (no fusion: a diagnosis), or ``float`` for the float convolutions unquantized;
+see ``gateway.kokoro.floatgraph.static_int8``). ``IN~eq/shipped`` keeps the shipped weight
+codes exactly; ``METHOD@N`` calibrates on N reply sentences instead of ``--calib-sentences``.
+``--sweep METHOD`` adds one variant per group (that group alone static): the per-layer sensitivity.
 
 Per variant: speed (today's graph and the variant on the same sentences, interleaved, total
 time; ``x`` = today's time / the variant's), log-spectral distance, timbre and loudness against
@@ -169,21 +171,36 @@ def observe(
 
 
 def build(
-    floated: onnx.ModelProto, names: Sequence[str], observed: si.Observed, method: str, calib: Sequence[Feed]
+    shipped_model: onnx.ModelProto,
+    names: Sequence[str],
+    observed: si.Observed,
+    method: str,
+    calib: Sequence[Feed],
 ) -> onnx.ModelProto:
     """``IN`` (one method for every activation), ``IN~OUT`` (the convolutions' outputs by
     ``OUT``), ``IN~float`` (outputs not quantized) or ``IN~eq`` (outputs equalized per channel:
-    ``static_int8.equalize``)."""
+    ``static_int8.equalize``); ``IN~eq/shipped``: the shipped weight codes kept exactly
+    (``static_int8.shipped_weights``)."""
+    floated = si.float_convs(shipped_model, names)
+    method, _, shipped = method.partition("/")
     inputs, _, outputs = method.partition("~")
     ranges = observed.ranges(inputs)
     if outputs == "eq":
         peaks = si.channel_peaks(floated, sorted(si.conv_outputs(floated, names)), calib)
         floated, equalized = si.equalize(floated, names, peaks)
-        return si.quantize(floated, names, {**ranges, **equalized})
+        static = si.quantize(floated, names, {**ranges, **equalized})
+        return si.shipped_weights(static, shipped_model, names) if shipped == "shipped" else static
     if outputs and outputs != "float":
         out = observed.ranges(outputs)
         ranges.update({t: out[t] for t in si.conv_outputs(floated, names)})
     return si.quantize(floated, names, ranges, outputs=outputs != "float")
+
+
+def wired() -> onnx.ModelProto:
+    from gateway.kokoro.floatgraph import STATIC, graph_bytes
+    from gateway.kokoro.onnx_model import load_model_bytes, shipped_sha256
+
+    return onnx.load_from_string(graph_bytes(STATIC, load_model_bytes, shipped_sha256())[0])
 
 
 def print_rows(rows: Sequence[Row], head: bool = False) -> None:
@@ -254,13 +271,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     )
     print_rows(rows[-1:])
-    observed = observe(floated, everything, calib, args.observed)
+    refs2 = (refs, float_refs)
+    observed = {len(calib): observe(floated, everything, calib, args.observed)}
     for spec in variants:
+        if spec == "wired":  # what embedded_precision = "int8-static" runs (built or from the cache)
+            rows.append(
+                variant_row("int8-static (as wired)", wired(), 50, today, feeds, refs2, wer_texts, args.repeats)
+            )
+            print_rows(rows[-1:])
+            continue
         groups, method = spec.rsplit(":", 1)
+        method, _, count = method.partition("@")  # @N: N calibration sentences instead
+        feeds_n = calibration_feeds(model, args.calib_voices.split(","), int(count)) if count else calib
+        if len(feeds_n) not in observed:
+            observed[len(feeds_n)] = observe(floated, everything, feeds_n, None)
         names = si.select(shipped, groups.replace("+", ","))
-        floated = si.float_convs(shipped, names)
-        built = floated if method == "float" else build(floated, names, observed, method, calib)
-        row = variant_row(spec, built, len(names), today, feeds, (refs, float_refs), wer_texts, args.repeats)
+        if method == "float":
+            built = si.float_convs(shipped, names)
+        else:
+            built = build(shipped, names, observed[len(feeds_n)], method, feeds_n)
+        row = variant_row(spec, built, len(names), today, feeds, refs2, wer_texts, args.repeats)
         rows.append(row)
         print_rows([row])
     return 0

@@ -91,8 +91,9 @@ class Settings:
     # slower than real time for it: less engine time (no chunk context, fewer calls), but that
     # listener's wait comes in one longer piece (docs/STREAMING_VOCODER.md)
     embedded_vocoder_batch_rest: bool = True
-    # the graph: int8 (as shipped), or fp32 / fp16 made from it on first use and cached
-    # (gateway/floatgraph); and where it runs: cpu, or cuda (onnxruntime-gpu, never a CPU fallback)
+    # the graph: int8 (as shipped), or fp32 / fp16 / int8-static (the generator's convolutions in
+    # static int8, CPU: docs/STATIC_INT8.md) made from it on first use and cached
+    # (gateway/kokoro/floatgraph); and where it runs: cpu, or cuda (onnxruntime-gpu, never a CPU fallback)
     embedded_precision: str = "int8"
     embedded_provider: str = "cpu"
 

@@ -80,3 +80,36 @@ def test_equalized_outputs_keep_the_function_and_fuse(tmp_path: Path) -> None:
     assert "QLinearConv" in optimized_ops(static, tmp_path)
     want = run(floated, IDS[0])
     assert np.abs(run(static, IDS[0]) - want).max() < 0.1 * np.abs(want).max()
+
+
+def test_one_pass_observation_and_shipped_weight_codes(tmp_path: Path) -> None:
+    """``observe_for_equalize`` gives what ``observe`` and ``channel_peaks`` give in two passes;
+    ``shipped_weights`` puts the int8 graph's own weight codes back (no second rounding) and the
+    graph still fuses and computes the same function."""
+    from onnx import numpy_helper
+
+    int8 = quantized(small_float_model(), tmp_path)
+    node = next(n for n in int8.graph.node if n.op_type == "ConvInteger" and n.name.startswith("/conv/"))
+    floated = si.float_convs(int8, [node.name])
+    feeds = [{"ids": ids} for ids in IDS]
+    observed, peaks = si.observe_for_equalize(floated, [node.name], feeds)
+    outputs = sorted(si.conv_outputs(floated, [node.name]))
+    inputs = [t for t in si.conv_tensors(floated, [node.name]) if t not in outputs]
+    assert {k: v.tolist() for k, v in peaks.items()} == {
+        k: v.tolist() for k, v in si.channel_peaks(floated, outputs, feeds).items()
+    }
+    np.testing.assert_array_equal(
+        observed.quantiles[inputs[0]], si.observe(floated, inputs, feeds).quantiles[inputs[0]]
+    )
+    equalized, ranges = si.equalize(floated, [node.name], peaks)
+    static = si.quantize(equalized, [node.name], {**observed.ranges("p99.99"), **ranges})
+    kept = si.shipped_weights(static, int8, [node.name])
+    inits = {t.name: numpy_helper.to_array(t) for t in int8.graph.initializer}
+    want = inits[node.input[1]].astype(np.int32) - inits[node.input[3]].astype(np.int32)
+    producer = {o: n for n in kept.graph.node for o in n.output}
+    conv = next(n for n in kept.graph.node if n.name == node.name and n.op_type == "Conv")
+    codes = next(numpy_helper.to_array(t) for t in kept.graph.initializer if t.name == producer[conv.input[1]].input[0])
+    assert codes.dtype == np.int8 and np.array_equal(codes.astype(np.int32), want)
+    assert "QLinearConv" in optimized_ops(kept, tmp_path)
+    for ids in IDS:
+        np.testing.assert_allclose(run(kept, ids), run(static, ids), atol=0.05 * np.abs(run(static, ids)).max())

@@ -82,11 +82,13 @@ class EmbeddedSettings:
     vocoder_cache: str
     vocoder_exact_below_s: float
     vocoder_batch_rest: bool
-    precision: str  # int8 (as shipped), fp32 or fp16: gateway.kokoro.floatgraph
+    precision: str  # int8 (as shipped), fp32, fp16 or int8-static: gateway.kokoro.floatgraph
     provider: str  # cpu or cuda (onnxruntime-gpu)
 
     def check(self) -> None:
         check_precision(self.precision)
+        if self.precision == "int8-static" and self.provider != "cpu":
+            raise ValueError("embedded_precision=int8-static is for the CPU's int8 kernels; on cuda use fp16")
         check_provider(self.provider)  # one line at construction, not a CPU fallback
         if self.workers < 1 or self.threads < 1:
             raise ValueError("embedded_workers and embedded_threads must be at least 1")

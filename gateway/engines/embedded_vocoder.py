@@ -119,8 +119,8 @@ class VocoderHost:
 
     def _build(self, model: KokoroModel, voice: str) -> None:
         t0 = time.perf_counter()
-        # the graph the engine runs (int8 as shipped, or a float one), cut by the same names
-        graph, sha256 = graph_bytes(model.precision, load_model_bytes, shipped_sha256())
+        # the graph the engine runs (int8 as shipped, a float one, or int8-static), cut by the same names
+        graph, sha256 = graph_bytes(model.precision, load_model_bytes, shipped_sha256(), calibration=model.calibration)
         policy = Policy(exact_below=round(self.exact_below_s / FRAME_S), batch_rest=self.batch_rest)
         vocoder = StreamingVocoder.build(
             graph,

@@ -80,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="run_gateway.py convert-weights", description=__doc__)
     parser.add_argument("--out", required=True, help="the folder to write (kokoro_dir)")
     parser.add_argument("--cache", default="", help="float graph cache folder (default: the user cache)")
-    parser.add_argument("--graphs", default="", help="also build these float graphs, e.g. fp32,fp16")
+    parser.add_argument("--graphs", default="", help="also build these graphs, e.g. fp32,fp16,int8-static")
     args = parser.parse_args(argv)
     for precision in filter(None, args.graphs.split(",")):
         _, digest = graph_bytes(precision, load_model_bytes, shipped_sha256(), args.cache)

@@ -20,6 +20,8 @@ import numpy as np
 
 from ..errors import EngineError
 from . import voicestore
+from .floatgraph import STATIC
+from .floatgraph.static_build import calibration as static_calibration
 from .onnx_sessions import SharedWeights
 from .parts import Blends, Rendered, VoicePacks, known_symbols, load_vocab, phonemize, phonemize_words
 from .timestamps import Token
@@ -96,6 +98,9 @@ class KokoroModel:
         from .g2p import Phonemizer
 
         t0 = time.perf_counter()
+        self.vocab = load_vocab()
+        # int8-static: its ranges are calibrated on these voices (gateway.kokoro.floatgraph.static_build)
+        self.calibration = static_calibration(voices.packs, self.vocab) if precision == STATIC else None
         # the G2P (spaCy, lexicons: Python) loads on a thread of its own while onnxruntime builds
         # the session below (native code that releases the GIL): start-up costs the longer of the
         # two, not their sum
@@ -104,7 +109,6 @@ class KokoroModel:
             self._load_session(precision, provider, threads)
             self.model_s = time.perf_counter() - t0
             self.phonemize, self.g2p_s = g2p.result()
-        self.vocab = load_vocab()
         self.styles = voices.packs  # voice id -> [510, 1, 256]
         self._blends = Blends(voices.packs, _mix)
         self.load_s = time.perf_counter() - t0  # wall time: the two above overlap
@@ -115,9 +119,9 @@ class KokoroModel:
         from .floatgraph import graph_bytes
         from .floatgraph.runtime import make_session
 
-        # int8 as shipped, or a float graph made from it (gateway.kokoro.floatgraph), on CPU or CUDA
+        # int8 as shipped, or a graph made from it (gateway.kokoro.floatgraph), on CPU or CUDA
         self.precision, self.provider = precision, provider
-        model, self.sha256 = graph_bytes(precision, load_model_bytes, shipped_sha256())
+        model, self.sha256 = graph_bytes(precision, load_model_bytes, shipped_sha256(), calibration=self.calibration)
         proto = onnx.load_from_string(model)
         del model
         # the vocoder's sessions (``embedded_vocoder``) share these weights with this one (CPU)

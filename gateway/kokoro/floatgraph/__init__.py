@@ -1,8 +1,10 @@
-"""Kokoro-82M as float graphs (fp32, fp16) made from the shipped int8 bytes, cached by hash.
+"""Kokoro-82M as graphs made from the shipped int8 bytes (fp32, fp16, int8-static), cached by hash.
 
 ``graph_bytes("int8")`` is the shipped model (joined and hash-checked by ``onnx_kokoro``);
 ``"fp32"`` is its dequantized copy (``dequantize``), ``"fp16"`` that copy in half precision
-for the GPU (``to_fp16``). A float graph is built on first use (or at install:
+for the GPU (``to_fp16``), ``"int8-static"`` the generator's convolutions in static int8 for
+the CPU's VNNI / AMX kernels (``static_build``, calibrated on fixed phonemes and installed voices:
+its ``Calibration`` goes into the cache name). A graph is built on first use (or at install:
 ``convert-weights --graphs fp32,fp16``) from the verified int8 bytes and kept in the user's
 cache folder (``~/.cache/kokoro-gateway/float``), named after the int8 model's hash, the
 precision and ``VERSION``, with its own SHA-256 beside it: it is checked on every read and
@@ -25,9 +27,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import onnx
 
+    from .static_build import Calibration
+
 log = logging.getLogger(__name__)
 
-PRECISIONS = ("int8", "fp32", "fp16")
+PRECISIONS = ("int8", "fp32", "fp16", "int8-static")
+STATIC = "int8-static"
 VERSION = 5  # bump when the rewrite changes: old cache files are then never read
 # kept in fp32 inside the fp16 graph: the text side (cheap, and the durations it rounds must
 # not move) and the harmonic source (a phase summed over thousands of samples, and the STFT)
@@ -54,27 +59,43 @@ def check_precision(precision: str) -> None:
 
 
 def graph_bytes(
-    precision: str, shipped: Callable[[], bytes], shipped_sha256: str, folder: str = ""
+    precision: str,
+    shipped: Callable[[], bytes],
+    shipped_sha256: str,
+    folder: str = "",
+    calibration: Calibration | None = None,
 ) -> tuple[bytes, str]:
     """The model for ``precision`` and its SHA-256: ``shipped()`` (the int8 bytes, checked
-    against ``shipped_sha256``) for int8, else the cached float graph, or one built from
-    ``shipped()`` now and cached."""
+    against ``shipped_sha256``) for int8, else the cached graph, or one built from
+    ``shipped()`` now and cached. int8-static needs its ``calibration``
+    (``static_build.calibration``; the default one from the voice store when not given)."""
     check_precision(precision)
     if precision == "int8":
         return shipped(), shipped_sha256
-    path = cache_path(cache_dir(folder), shipped_sha256, precision)
+    name = precision
+    if precision == STATIC:
+        from .static_build import default_calibration
+
+        calibration = calibration or default_calibration()
+        name = f"{precision}-{calibration.key()[:16]}"
+    path = cache_path(cache_dir(folder), shipped_sha256, name)
     cached = _read(path)
     if cached is not None:
         return cached
-    blob = build(shipped(), precision)
+    blob = build(shipped(), precision, calibration)
     digest = hashlib.sha256(blob).hexdigest()
     _write(path, blob, digest)
     return blob, digest
 
 
-def build(int8: bytes, precision: str) -> bytes:
-    """The float graph for ``precision`` from the shipped int8 bytes (already checked)."""
+def build(int8: bytes, precision: str, calibration: Calibration | None = None) -> bytes:
+    """The graph for ``precision`` from the shipped int8 bytes (already checked)."""
     import onnx
+
+    if precision == STATIC:
+        from . import static_build
+
+        return static_build.build(int8, calibration or static_build.default_calibration())
 
     from .dequantize import dequantize
 
@@ -177,6 +198,6 @@ def _write(path: Path, blob: bytes, digest: str) -> None:
                 fh.write(data)
             os.replace(tmp, target)
     except OSError as exc:
-        log.warning("could not cache the float graph in %s (%s); it is rebuilt at every start", path.parent, exc)
+        log.warning("could not cache the graph in %s (%s); it is rebuilt at every start", path.parent, exc)
         return
     log.info("built %s (%d MB)", path, len(blob) >> 20)

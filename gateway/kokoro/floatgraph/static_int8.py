@@ -18,7 +18,7 @@ floor, Whisper WER); docs/STATIC_INT8.md has the table.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -108,10 +108,10 @@ def conv_tensors(model: onnx.ModelProto, names: Sequence[str]) -> list[str]:
     return list(seen)
 
 
-def observe(
-    model: onnx.ModelProto, tensors: Sequence[str], feeds: Iterable[Mapping[str, np.ndarray]], threads: int = 2
-) -> Observed:
-    """Run ``model`` on every feed with ``tensors`` as extra outputs and keep their quantiles."""
+def _runs(
+    model: onnx.ModelProto, tensors: Sequence[str], feeds: Iterable[Mapping[str, np.ndarray]], threads: int
+) -> Iterator[dict[str, np.ndarray]]:
+    """``model`` run on every feed with ``tensors`` as extra outputs: their values, per feed."""
     import onnxruntime as ort
 
     probe = onnx.ModelProto()
@@ -122,11 +122,42 @@ def observe(
     opts.intra_op_num_threads = threads
     opts.log_severity_level = 3
     session = ort.InferenceSession(probe.SerializeToString(), sess_options=opts, providers=["CPUExecutionProvider"])
-    rows: dict[str, list[np.ndarray]] = {t: [] for t in tensors}
     for feed in feeds:
-        for name, value in zip(tensors, session.run(list(tensors), dict(feed))):
-            rows[name].append(np.percentile(np.asarray(value, np.float32).ravel(), QUANTILES).astype(np.float32))
+        yield dict(zip(tensors, (np.asarray(v, np.float32) for v in session.run(list(tensors), dict(feed)))))
+
+
+def _quantiles(value: np.ndarray) -> np.ndarray:
+    return np.asarray(np.percentile(value.ravel(), QUANTILES), np.float32)
+
+
+def observe(
+    model: onnx.ModelProto, tensors: Sequence[str], feeds: Iterable[Mapping[str, np.ndarray]], threads: int = 2
+) -> Observed:
+    """Run ``model`` on every feed with ``tensors`` as extra outputs and keep their quantiles."""
+    rows: dict[str, list[np.ndarray]] = {t: [] for t in tensors}
+    for values in _runs(model, tensors, feeds, threads):
+        for name, value in values.items():
+            rows[name].append(_quantiles(value))
     return Observed({name: np.stack(q) for name, q in rows.items()})
+
+
+def observe_for_equalize(
+    model: onnx.ModelProto, names: Sequence[str], feeds: Iterable[Mapping[str, np.ndarray]], threads: int = 2
+) -> tuple[Observed, dict[str, np.ndarray]]:
+    """In one pass over the feeds: the quantiles of the float convolutions' (``names``) inputs
+    and the per-channel peaks of their outputs (``channel_peaks``)."""
+    outputs = conv_outputs(model, names)
+    inputs = [t for t in conv_tensors(model, names) if t not in outputs]
+    rows: dict[str, list[np.ndarray]] = {t: [] for t in inputs}
+    peaks: dict[str, np.ndarray] = {}
+    for values in _runs(model, [*inputs, *sorted(outputs)], feeds, threads):
+        for name, value in values.items():
+            if name in outputs:
+                peak = np.abs(value).max(axis=(0, 2))
+                peaks[name] = np.maximum(peaks[name], peak) if name in peaks else peak
+            else:
+                rows[name].append(_quantiles(value))
+    return Observed({name: np.stack(q) for name, q in rows.items()}), peaks
 
 
 def conv_outputs(model: onnx.ModelProto, names: Sequence[str]) -> set[str]:
@@ -179,19 +210,10 @@ def channel_peaks(
     model: onnx.ModelProto, tensors: Sequence[str], feeds: Iterable[Mapping[str, np.ndarray]], threads: int = 2
 ) -> dict[str, np.ndarray]:
     """Each ``[1, C, T]`` tensor's largest magnitude per channel over all feeds."""
-    import onnxruntime as ort
-
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    probe.graph.output.extend(onnx.helper.make_empty_tensor_value_info(t) for t in tensors)
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.log_severity_level = 3
-    session = ort.InferenceSession(probe.SerializeToString(), sess_options=opts, providers=["CPUExecutionProvider"])
     peaks: dict[str, np.ndarray] = {}
-    for feed in feeds:
-        for name, value in zip(tensors, session.run(list(tensors), dict(feed))):
-            peak = np.abs(np.asarray(value, np.float32)).max(axis=(0, 2))
+    for values in _runs(model, tensors, feeds, threads):
+        for name, value in values.items():
+            peak = np.abs(value).max(axis=(0, 2))
             peaks[name] = np.maximum(peaks[name], peak) if name in peaks else peak
     return peaks
 
@@ -236,3 +258,52 @@ def equalize(
     del graph.node[:]
     graph.node.extend(nodes)
     return out, ranges
+
+
+def shipped_weights(quantized: onnx.ModelProto, shipped: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:
+    """``quantized`` (QDQ) with each convolution ``names``' s8 weights replaced by the shipped
+    u8 codes minus their zero point (they all fit in s8: the export used 7-bit weights) and
+    the shipped scale (over the equalization peaks where equalized), the int32 bias
+    requantized to match: the weights exactly as today's graph has them, no second rounding."""
+    from onnx import numpy_helper
+
+    from .dequantize import Graph
+
+    g = Graph(shipped)
+    codes: dict[str, tuple[np.ndarray, float]] = {}
+    for node in shipped.graph.node:
+        if node.name in set(names):
+            cast = g.consumers[node.output[0]][0]
+            cast = g.only_consumer(cast.output[0], "Cast") if cast.op_type == "Add" else cast
+            shipped_scale = g.weight_scale(g.only_consumer(cast.output[0], "Mul"), cast.output[0])
+            code = g.array(node.input[1]).astype(np.int32) - g.array(node.input[3]).astype(np.int32)
+            codes[node.name] = (code, float(shipped_scale))
+    out = onnx.ModelProto()
+    out.CopyFrom(quantized)
+    inits = {t.name: t for t in out.graph.initializer}
+    producer = {o: n for n in out.graph.node for o in n.output}
+    muls = {n.name.removesuffix("/unequalize"): n for n in out.graph.node if n.name.endswith("/unequalize")}
+
+    def array(name: str) -> np.ndarray:
+        return numpy_helper.to_array(inits[name])
+
+    def put(name: str, value: np.ndarray) -> None:
+        inits[name].CopyFrom(numpy_helper.from_array(value, name))
+
+    for node in out.graph.node:
+        if node.op_type != "Conv" or node.name not in codes:
+            continue
+        code, scale = codes[node.name]
+        if code.min() < -128 or code.max() > 127:
+            continue  # not representable in s8: keep the quantizer's own
+        peaks = array(muls[node.name].input[1]).ravel() if node.name in muls else np.ones(code.shape[0], np.float32)
+        w_dq, x_dq = producer[node.input[1]], producer[node.input[0]]
+        put(w_dq.input[0], code.astype(np.int8))
+        put(w_dq.input[1], (scale / peaks).astype(np.float32))
+        if len(node.input) > 2 and node.input[2]:
+            b_dq = producer[node.input[2]]
+            bias = array(b_dq.input[0]).astype(np.float64) * array(b_dq.input[1])
+            b_scale = (float(array(x_dq.input[1])) * scale / peaks).astype(np.float32)
+            put(b_dq.input[1], b_scale)
+            put(b_dq.input[0], np.round(bias / b_scale).astype(np.int32))
+    return out
