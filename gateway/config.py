@@ -69,7 +69,9 @@ class Settings:
     # segments of different lengths; the first long enough to stream inside it, so that the
     # streaming mode is measured streaming); empty: the first requests use a prior of real
     # time and a prior overrun
-    speed_warmup_text: str = "This sentence measures how fast the engine speaks on this machine. Hello. And its forecast."
+    speed_warmup_text: str = (
+        "This sentence measures how fast the engine speaks on this machine. Hello. And its forecast."
+    )
     # finish start-up work (the streaming vocoder's build, the speed warm-up) before saying
     # ready, so that the first listener neither shares the cores with it nor waits behind it;
     # false: say ready once the model is loaded and do that work in the background (faster

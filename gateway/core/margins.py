@@ -97,8 +97,8 @@ class Margins:
         """The learned stretch for ``bucket`` (None until ``MIN_REPLIES`` replies were seen).
         With the calls' ``overrun`` now: widened by as much as they run over their forecast
         beyond what they did while it was learned (1 + 2 x overrun, as the rule before any
-        margin), so a margin learned on an idle machine (the start-up warm-up's) does not hold
-        once the machine is seen to slow down, until replies on the busy machine teach it."""
+        margin), so a margin learned on an idle machine does not hold once the machine is seen
+        to slow down, until replies on the busy machine teach it."""
         if self._replies.get(bucket, 0) < MIN_REPLIES:
             return None
         w, s, sq, o = self._sums[bucket]

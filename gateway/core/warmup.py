@@ -6,10 +6,11 @@ only from replies' arrivals; near real time that asked its player to hold second
 arrivals never needed (1.9 s against an oracle of 0.7 s on a quiet machine). So before the
 gateway says it is ready, it serves itself one short reply per vocoder mode a session can start
 with, through the same session core a listener gets (segmenter, forecast, pipeline, encoder):
-the first segments measure the engine's rate per mode on this machine (cold shapes included,
-before any listener pays for them); the reply's plan against its arrivals teaches that mode's
-margin, as every later reply does; and the calls' overruns against the fitted line replace the
-prior overrun (``EngineRate.settle``). Never raises: a failed warm-up leaves the prior rules.
+its calls measure the engine's rate per mode on this machine (cold shapes included, before any
+listener pays for them); the later calls' overruns against the fitted line replace the prior
+overrun; and what the reply's arrivals needed against its plan bounds the first margin from
+below (``EngineRate.settle``; not the learned margin itself: docs/SCHEDULING.md). Never raises:
+a warm-up that fails keeps what it measured before the failure.
 """
 
 from __future__ import annotations
@@ -40,11 +41,11 @@ async def warm_up(hub: SynthesisHub, engine: Engine, settings: Settings, text: s
         t0 = time.perf_counter()
         try:
             await _reply(hub, engine, settings, text, voice, mode)
-        except Exception as exc:  # start-up goes on: the first replies use the prior rules
-            log.warning("rate warm-up failed (%s); the first requests assume real time", exc)
-            return
+        except Exception as exc:  # start-up goes on: the first replies use what was measured
+            log.warning("rate warm-up failed (%s); the first requests use what it measured so far", exc)
+            break
         log.info(
-            "engine rate measured in %.2f s%s: RTF %.3f, margin %s",
+            "engine rate measured in %.2f s%s: RTF %.3f, the reply needed a stretch of %s",
             time.perf_counter() - t0,
             f" ({mode})" if mode else "",
             rate.rtf(mode),
