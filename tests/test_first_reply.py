@@ -72,9 +72,10 @@ def test_a_slowdown_right_after_start_up_stalls_no_reply(chunk_ms: int) -> None:
 
 def test_a_margin_learned_on_an_idle_engine_widens_once_calls_run_over() -> None:
     """Two replies on an idle engine (RTF 0.5, whole segments) teach a margin of about 1; then
-    the engine slows 1.7x. The first reply on the slower engine is planned on the old rate and
-    runs over; the next one's margin is widened by the overrun beyond what it was learned with
-    (``Margins.factor``). Without the widening that next reply stalled 0.53 s."""
+    the engine slows 1.7x. The first reply on the slower engine is planned on the old rate; its
+    first call runs over, which widens the learned margin by the overrun beyond what it was
+    learned with (``Margins.factor``), so the next segment's preroll asks its player, still
+    holding one segment, to wait. Without the widening that reply stalled 0.53 s."""
     heard = replies(0.5, WHOLE, slow_to=0.85, before=2, after=3, k0=3)
     assert all(h.outcome == "admitted" and h.stalls == 0 for h in heard), heard
 
