@@ -64,9 +64,14 @@ class Settings:
     preroll_safety: float = 1.15
     # identical segments share one synthesis; finished ones are kept (PCM, LRU) up to this size
     cache_mb: float = 64.0
-    # spoken once at start-up to measure the engine's speed before the first listener arrives;
-    # empty: the first requests use a prior of real time
-    speed_warmup_text: str = "This sentence measures how fast the engine speaks on this machine."
+    # spoken at start-up as a reply to nobody, once per vocoder mode (core/warmup.py), before the
+    # first listener arrives: measures the engine's speed and its calls' overruns (so several
+    # segments of different lengths; the first long enough to stream inside it, so that the
+    # streaming mode is measured streaming); empty: the first requests use a prior of real
+    # time and a prior overrun
+    speed_warmup_text: str = (
+        "This sentence measures how fast the engine speaks on this machine. Hello. And its forecast."
+    )
     # finish start-up work (the streaming vocoder's build, the speed warm-up) before saying
     # ready, so that the first listener neither shares the cores with it nor waits behind it;
     # false: say ready once the model is loaded and do that work in the background (faster

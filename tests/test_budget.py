@@ -394,7 +394,7 @@ def test_margins_learn_what_the_arrivals_needed() -> None:
     rate = steady_rate(0.9)
     assert rate.safety(1.15, "default") == 1.15  # nothing learned yet: the floor
     for needed in (1.0, 1.05, 1.0):
-        rate.margins.observe("default", needed)
+        rate.margins.observe("default", needed, rate.overrun())  # as a reply reports it
     learned = rate.safety(1.15, "default")
     assert 1.0 <= learned < 1.15 and learned == Margins.factor(rate.margins, "default")
     assert rate.safety(1.15, "exact") == 1.15  # another mode learns on its own

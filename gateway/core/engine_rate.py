@@ -26,7 +26,7 @@ from .margins import Margins
 
 DEFAULT = "default"  # the key of engines without vocoder modes (and of an unnamed mode)
 PRIOR_RTF = 1.0  # before any measurement: assume real time, the pessimistic side of most hosts
-PRIOR_OVERRUN = 0.3  # see EngineRate._overrun
+PRIOR_OVERRUN = 0.3  # see EngineRate._prior
 PRIOR_S_PER_CHAR = 0.065  # audio seconds per character of English at speed 1 (Kokoro, measured)
 
 
@@ -51,9 +51,11 @@ class EngineRate:
         self._chars = [0.0, 0.0]  # decayed audio seconds x speed, characters
         # decayed mean square of how far calls of any mode ran over their forecast (0.2: 20%
         # slower): the machine's state, so a slowdown seen in one mode counts for all
-        # until calls say otherwise, assume they overrun by PRIOR_OVERRUN (one pseudo-call):
-        # the first reply after start-up is the one whose player cannot be corrected in time
-        self._overrun = [1.0, PRIOR_OVERRUN**2]  # weight, sum of squares
+        self._overrun = [0.0, 0.0]  # weight, sum of squares
+        # until calls say otherwise (or the start-up warm-up measured them: ``settle``), assume
+        # they overrun by PRIOR_OVERRUN (one pseudo-call, decaying as the calls do): a reply
+        # planned on no measurement at all is the one whose player cannot be corrected in time
+        self._prior = [1.0, PRIOR_OVERRUN**2]
         self.margins = Margins()
 
     def observe(
@@ -68,6 +70,7 @@ class EngineRate:
             over = max(0.0, wall_s / max(m.costs.predict(audio_s), 1e-6) - 1.0)  # type: ignore[arg-type]
             w, sq = self._overrun
             self._overrun = [w * f + 1.0, sq * f + over * over]
+            self._prior = [self._prior[0] * f, self._prior[1]]
         m.costs.observe(audio_s, wall_s)  # type: ignore[arg-type]  # the line takes any number
         m.wall, m.audio = m.wall * f + wall_s, m.audio * f + audio_s
         m.first_frac = (m.first_frac * m.weight * f + min(1.0, first_s / wall_s)) / (m.weight * f + 1.0)
@@ -102,21 +105,35 @@ class EngineRate:
 
     def overrun(self) -> float:
         """RMS of how far recent calls (any mode) ran over their forecast: 0.0 when on time."""
-        w, sq = self._overrun
-        return (sq / w) ** 0.5 if w > 0 else 0.0
+        (w, sq), (pw, psq) = self._overrun, self._prior
+        return ((sq + pw * psq) / (w + pw)) ** 0.5 if w + pw > 0 else 0.0
+
+    def settle(self) -> None:
+        """The start-up warm-up is done: the overruns its calls measured (if any) stand for the
+        machine from now on, the prior's pseudo-call no longer; the stretch its replies needed
+        bounds the rule before learning from below (``Margins.settle``)."""
+        if self._overrun[0] > 0:
+            self._prior = [0.0, 0.0]
+        self.margins.settle()
 
     def safety(self, floor: float, mode: str | None = None) -> float:
         """The factor to stretch forecasts by: what replies' arrivals needed (``margins``) once
-        learned for ``mode`` (None: the largest learned); until then ``floor`` on a steady
+        learned for ``mode`` (None: the largest learned; widened by overruns beyond those it
+        was learned with: ``margin``); until then ``floor`` on a steady
         machine, more when calls have been running over their forecast (a player's buffer that
         follows the engine, as WebRTC's jitter buffer follows the network), at most 2."""
-        if mode is not None:
-            factor = self.margins.factor(mode)
-        else:
-            factor = max(self.margins.snapshot().values(), default=None)
-        if factor is not None:
+        if (factor := self.margin(mode)) is not None:
             return factor
-        return min(2.0, max(floor, 1.0 + 2.0 * self.overrun()))
+        rule = min(2.0, max(floor, 1.0 + 2.0 * self.overrun()))
+        return max(rule, self.margins.startup(mode))
+
+    def margin(self, bucket: str | None) -> float | None:
+        """The stretch replies of ``bucket`` needed (None: the largest of any), widened while
+        calls run further over their forecast than when it was learned; None until learned."""
+        over, m = self.overrun(), self.margins
+        if bucket is not None:
+            return m.factor(bucket, over)
+        return max((f for b in m.buckets() if (f := m.factor(b, over)) is not None), default=None)
 
     def first_fraction(self, mode: str | None) -> float:
         """The share of a call's time that passes before its first audio (1: whole segments)."""
@@ -140,4 +157,6 @@ class EngineRate:
             out["overrun"] = round(self.overrun(), 3)
         if margins := self.margins.snapshot():
             out["margins"] = margins  # the learned stretch per mode
+        if startup := self.margins.startup_snapshot():
+            out["startup_margins"] = startup  # what the start-up warm-up's replies needed
         return out

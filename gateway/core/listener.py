@@ -236,7 +236,8 @@ class Listener:
             if again is not None:
                 segments = forecast(*again, self.engine_rate, self.options.speed)
                 preroll_at = lambda s: preroll_s(segments, 0.0, s)  # noqa: E731
-            self.engine_rate.margins.observe(bucket, needed_stretch(preroll_at, self.arrivals))
+            rate = self.engine_rate
+            rate.margins.observe(bucket, needed_stretch(preroll_at, self.arrivals), rate.overrun())
         self.plan = None
 
     def _plan(self, texts: Sequence[str], modes: Sequence[str | None], mode: str | None) -> Plan:
@@ -262,8 +263,7 @@ class Listener:
             return None
         got, k = shared
         # what replies shared this way needed; before any was seen, what any reply needed
-        margins = self.engine_rate.margins
-        learned = margins.factor(SHARED) or max(margins.snapshot().values(), default=None)
+        learned = self.engine_rate.margin(SHARED) or self.engine_rate.margin(None)
         return preroll_from(scaled(got, learned / k) if learned and learned > k else got, self.buffered_s())
 
     def _shared_pieces(self, texts: Sequence[str]) -> tuple[list[tuple[float, float, float]], float] | None:

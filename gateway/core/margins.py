@@ -66,23 +66,52 @@ def scaled(pieces: Sequence[tuple[float, float, float]], factor: float) -> list[
 class Margins:
     def __init__(self, forget: float = 0.8) -> None:
         self.forget = forget
-        self._sums: dict[str, list[float]] = {}  # weight, sum, sum of squares
+        self._sums: dict[str, list[float]] = {}  # weight, sum, sum of squares, sum of overruns
         self._replies: dict[str, int] = {}
+        self._startup: dict[str, float] = {}  # what the start-up warm-up's replies needed
 
-    def observe(self, bucket: str, needed: float) -> None:
-        w, s, sq = self._sums.get(bucket, [0.0, 0.0, 0.0])
+    def settle(self) -> None:
+        """What was learned so far came from the start-up warm-up (``warmup.py``): a short reply
+        on an idle machine, one per bucket, too few to say how far a listener's text can miss
+        its forecast. It becomes a lower bound of the rule before learning (``startup``), and
+        listeners' replies are learned from scratch."""
+        self._startup = {b: f for b in self.buckets() if (f := self.factor(b)) is not None}
+        self._sums.clear()
+        self._replies.clear()
+
+    def startup(self, bucket: str | None) -> float:
+        """What the warm-up's reply of ``bucket`` needed (None: the largest); 1.0 if none."""
+        if bucket is None:
+            return max(self._startup.values(), default=LOW)
+        return self._startup.get(bucket, LOW)
+
+    def observe(self, bucket: str, needed: float, overrun: float = 0.0) -> None:
+        """A reply of ``bucket`` needed ``needed`` while the engine's calls ran ``overrun``
+        (``EngineRate.overrun``) over their forecast."""
+        w, s, sq, o = self._sums.get(bucket, [0.0, 0.0, 0.0, 0.0])
         f = self.forget
-        self._sums[bucket] = [w * f + 1.0, s * f + needed, sq * f + needed * needed]
+        self._sums[bucket] = [w * f + 1.0, s * f + needed, sq * f + needed * needed, o * f + overrun]
         self._replies[bucket] = self._replies.get(bucket, 0) + 1
 
-    def factor(self, bucket: str) -> float | None:
-        """The learned stretch for ``bucket`` (None until ``MIN_REPLIES`` replies were seen)."""
+    def factor(self, bucket: str, overrun: float | None = None) -> float | None:
+        """The learned stretch for ``bucket`` (None until ``MIN_REPLIES`` replies were seen).
+        With the calls' ``overrun`` now: widened by as much as they run over their forecast
+        beyond what they did while it was learned (1 + 2 x overrun, as the rule before any
+        margin), so a margin learned on an idle machine does not hold once the machine is seen
+        to slow down, until replies on the busy machine teach it."""
         if self._replies.get(bucket, 0) < MIN_REPLIES:
             return None
-        w, s, sq = self._sums[bucket]
+        w, s, sq, o = self._sums[bucket]
         mean = s / w
         spread = math.sqrt(max(0.0, sq / w - mean * mean))
-        return min(HIGH, max(LOW, mean + 2.0 * spread))
+        wider = 2.0 * max(0.0, overrun - o / w) if overrun is not None else 0.0
+        return min(HIGH, max(LOW, mean + 2.0 * spread + wider))
+
+    def buckets(self) -> list[str]:
+        return [b for b in self._sums if self._replies.get(b, 0) >= MIN_REPLIES]
 
     def snapshot(self) -> dict[str, float]:
         return {b: round(f, 3) for b in self._sums if (f := self.factor(b)) is not None}
+
+    def startup_snapshot(self) -> dict[str, float]:
+        return {b: round(f, 3) for b, f in self._startup.items()}

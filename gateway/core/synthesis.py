@@ -39,7 +39,6 @@ from ..config import Settings
 from ..engines.base import Engine
 from ..errors import EngineTimeout
 from ..kokoro.timestamps import WordTimes
-from ..kokoro.vocoder.modes import VocoderMode
 from ..metrics import Metrics
 from .budget import Budget
 from .engine_rate import EngineRate
@@ -291,31 +290,6 @@ class SynthesisHub:
         flight = Flight(self, key, text, voice, speed, mode, buffered_s, slot)
         self.flights[key] = flight
         return flight.follow()
-
-    async def warm_up(self, text: str, voice: str) -> None:
-        """Measure the engine's rate once per mode a session uses by default (whole segments,
-        and streamed inside a segment where the engine can); never raises. Waits for the
-        engine's background work (the streaming vocoder's build) so as not to measure it."""
-        modes: tuple[str | None, ...] = (None,)
-        if self.engine.vocoder_modes:
-            streams = await self.engine.wait_vocoder(voice)
-            modes = (VocoderMode.EXACT, VocoderMode.FROZEN_FIRST) if streams else (VocoderMode.EXACT,)
-        for mode in modes:
-            t0 = time.perf_counter()
-            try:
-                synth = self.synthesize(text, voice=voice, speed=1.0, mode=mode, share=False)
-                async with contextlib.aclosing(synth) as chunks:
-                    async for _ in chunks:
-                        pass
-            except Exception as exc:
-                log.warning("rate warm-up failed (%s); the first requests assume real time", exc)
-                return
-            log.info(
-                "engine rate measured in %.2f s%s: RTF %.3f",
-                time.perf_counter() - t0,
-                f" ({mode})" if mode else "",
-                self.engine_rate.rtf(mode),
-            )
 
     def _count(self, outcome: str) -> None:
         if self.metrics is not None:

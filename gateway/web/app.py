@@ -13,6 +13,7 @@ from aiohttp.typedefs import Middleware
 from ..agent import create_agent
 from ..config import Settings
 from ..core.synthesis import SynthesisHub
+from ..core.warmup import warm_up
 from ..engines import create_engine
 from ..engines.base import Engine
 from ..errors import GatewayError, Overloaded
@@ -120,7 +121,7 @@ async def _prepare(gw: Gateway) -> tuple[float, float]:
     await gw.engine.wait_vocoder(voice)
     built = loop.time()
     if gw.settings.speed_warmup_text:
-        await gw.hub.warm_up(gw.settings.speed_warmup_text, voice)
+        await warm_up(gw.hub, gw.engine, gw.settings, gw.settings.speed_warmup_text, voice)
     return built, loop.time()
 
 
