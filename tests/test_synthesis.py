@@ -176,3 +176,28 @@ def test_safety_grows_when_calls_run_over_their_forecast() -> None:
         rate.observe("exact", 2.0, wall, wall)
     assert 1.3 < rate.safety(1.15) <= 2.0
     assert rate.overrun() > 0.15 and rate.snapshot()["overrun"] == pytest.approx(rate.overrun(), abs=1e-3)
+
+
+@pytest.mark.parametrize("fmt", ["mp3", "pcm"])
+async def test_sentence_says_what_the_stream_holds_back(start_server, http, fmt: str) -> None:
+    """Each `sentence` after the first says how much of the audio made (the segments before it,
+    the MP3 lead-in first) the stream received so far does not carry yet: MP3's encoder keeps its
+    look-ahead until the next audio comes; PCM holds nothing back."""
+    from gateway.audio.mp3 import iter_frames
+
+    server = await start_server(fake_settings(fake_rtf=0.0))
+    r = await ws_stream(http, server.ws_url, text=TEXT, options={"format": fmt, "cache": False})
+    assert r.done
+    lead_in = 1105 / 24000 if fmt == "mp3" else 0.0
+    texts, n, decoded, told = split_text(TEXT, first_clause_words=2), 0, 0.0, []
+    for _, kind, fields in r.events:
+        if kind == "audio":
+            payload = r.payloads[n]
+            decoded += sum(h.duration_s for _, h in iter_frames(payload)) if fmt == "mp3" else len(payload) / 2 / 24000
+            n += 1
+        elif kind == "sentence" and fields["index"] > 0:
+            made = sum(fake_duration_s(t) for t in texts[: fields["index"]])
+            told.append(fields["held_back_ms"])
+            assert fields["held_back_ms"] == pytest.approx((made + lead_in - decoded) * 1000, abs=0.2)
+    assert len(told) == SEGMENTS - 1
+    assert all(80 <= ms <= 130 for ms in told) if fmt == "mp3" else told == [0.0] * (SEGMENTS - 1)
