@@ -185,10 +185,12 @@ def render_browser(out: dict[str, Any]) -> str:
             r["reply"],
             f"{r['first_audio_ms']:.0f}",
             f"{r['start_preroll_ms']:.0f}",
+            f"{r['play_called_ms']:.0f}",
             f"{r['sound_ms']:.0f}",
             "/".join(map(str, o["batches_ms"])),
             f"{r['start_vs_batch']:.2f}",
             r["gaps"],
+            f"{r['browser_cores']:.2f}",
         ]
         for o in out["orders"]
         for r in o["replies"]
@@ -199,10 +201,12 @@ def render_browser(out: dict[str, Any]) -> str:
         "press: channel",
         "first audio ms",
         "preroll ms",
+        "play() ms",
         "first sound ms",
         "batch ms",
         "sound/batch",
         "gaps",
+        "browser cores",
     ]
     return table(head, rows) + "\nDone when: first (cold) sound/batch <= 0.75; Play both (second) <= 0.5"
 

@@ -5,7 +5,9 @@ launched beforehand) opens the demo page and presses "Play both" on the default 
 the very first reply. Then "Play both" again (warm), then the batch baseline of the same text
 (MP3, ``cache: false``) in the same run, once after each press (their mean is the baseline).
 The figure is the page's own ``firstSoundMs`` (its level meter first hears the channel, from the
-press) and ``ttfbMs`` (first audio payload).
+press) and ``ttfbMs`` (first audio payload); beside them, when the page called play()
+(``playCalledMs``) and the browser's CPU (cores) from the press until both channels did: what
+it took from the engine on the same cores while the first audio was made.
 """
 
 from __future__ import annotations
@@ -18,11 +20,22 @@ import aiohttp
 
 from .common import post_speech
 from .firstreply import ORDERS, Gateway
+from .procs import browser_cpu_seconds
 from .transports import FINISHED_JS, launch_chromium, open_demo, stats
+
+# every channel called play() (or is over): the reply's making, up to its start
+STARTED_JS = (
+    "(names) => names.every((n) => { const s = window.demo.channels[n]; "
+    "return s && (s.playCalledMs !== null || s.finished); })"
+)
 
 
 async def _press(page: Any) -> dict[str, Any]:
+    cpu, t0 = browser_cpu_seconds(), time.perf_counter()
     await page.click("#play-both")
+    await page.wait_for_function(STARTED_JS, arg=["sse", "ws"], timeout=180_000, polling=20)
+    # the browser's own CPU while the engine made the first audio, on the same cores
+    cores = (browser_cpu_seconds() - cpu) / (time.perf_counter() - t0)
     await page.wait_for_function(FINISHED_JS, arg=["sse", "ws"], timeout=180_000, polling=50)
     runs = await stats(page)
     return {
@@ -31,6 +44,8 @@ async def _press(page: Any) -> dict[str, Any]:
             "sound_ms": runs[n]["firstSoundMs"],
             "start_preroll_ms": runs[n]["startPrerollMs"],
             "start_held_ms": runs[n]["startHeldMs"],
+            "play_called_ms": runs[n]["playCalledMs"],
+            "browser_cores": round(cores, 2),
             "gaps": len(runs[n]["gaps"]),
             "error": runs[n]["error"],
         }

@@ -209,3 +209,22 @@ class GatewayProcess:
                 self.proc.kill()
                 await asyncio.to_thread(self.proc.wait)
         self.log_path.unlink(missing_ok=True)
+
+
+def browser_cpu_seconds(word: str = "chrom") -> float:
+    """User + system CPU used so far by this process's descendants whose command line holds
+    ``word`` (the browser Playwright started: its driver's children), from /proc."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (text := _proc(f"{entry.name}/stat")):
+            parents[int(entry.name)] = int(text.rsplit(")", 1)[1].split()[1])
+    mine, grew = {os.getpid()}, True
+    while grew:
+        more = {pid for pid, parent in parents.items() if parent in mine} - mine
+        grew, mine = bool(more), mine | more
+    ticks = 0
+    for pid in mine:
+        if word in _proc(f"{pid}/cmdline") and (text := _proc(f"{pid}/stat")):
+            fields = text.rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")

@@ -246,17 +246,32 @@ function renderConversation() {
   });
 }
 
-let pending = false;
-function schedule() {
-  if (pending) return;
-  pending = true;
+// Rendering is CPU the engine does not get when the browser runs beside the gateway (the
+// project's 2-core machine): a render at every payload and 10 a second while waiting for audio
+// took headless Chromium 0.32-0.39 cores while the first sentences were made (0.10-0.12 now). So
+// audio payloads (`frequent`) render at most once per RENDER_MS, other events on the next frame,
+// and the periodic render (the level lane, the karaoke) runs only while a channel plays.
+const RENDER_MS = 100;
+let frame = false; // a render is booked for the next animation frame
+let deferred = null; // or a timer books one later
+let renderedAt = -Infinity;
+function schedule(frequent = false) {
+  if (frame) return;
+  if (frequent && performance.now() - renderedAt < RENDER_MS) {
+    deferred ??= setTimeout(() => { deferred = null; schedule(); }, renderedAt + RENDER_MS - performance.now());
+    return;
+  }
+  clearTimeout(deferred);
+  deferred = null;
+  frame = true;
   requestAnimationFrame(() => {
-    pending = false;
+    frame = false;
+    renderedAt = performance.now();
     for (const name of CHANNELS) renderPanel(name);
     renderConversation();
     drawTimeline($('#timeline'), CHANNELS.map((n) => demo.channels[n]).filter(Boolean));
-    const live = CHANNELS.some((n) => demo.channels[n] && !demo.channels[n].finished);
-    if (live) setTimeout(schedule, 100);
+    const playing = CHANNELS.some((n) => { const s = demo.channels[n]; return s && !s.finished && (s.firstPlayMs !== null || s.cancel); });
+    if (playing) schedule(true);
   });
 }
 
@@ -320,7 +335,7 @@ function wire() {
     $(`#panel-${name} .mute`).addEventListener('change', (e) => demo.graphs[name] && demo.graphs[name].setMuted(e.target.checked));
   }
   if (!MSE_MP3) $('#notice').textContent = 'No MediaSource audio/mpeg here: MP3 requests play as PCM over WebAudio.';
-  window.addEventListener('resize', schedule);
+  window.addEventListener('resize', () => schedule());
   $('#token').addEventListener('change', (e) => { setToken(e.target.value); $('#notice').textContent = ''; loadVoices(); });
 }
 

@@ -43,6 +43,15 @@ const RESUME_S = 0.1;
 // on that segment: a player whose hold that audio met waits this long for it before it plays.
 const GRACE_MS = 30;
 
+/**
+ * The `sentence` event's `held_back_ms`: audio the server made that its encoder still holds (MP3:
+ * LAME's look-ahead, 80-127 ms at 24 kHz) until the next audio is encoded. `preroll_ms` counts the
+ * audio made, so a player waiting at the end of a segment counts that too: without it, a hold of
+ * exactly the audio made so far is met only once the next segment's audio comes (for a segment
+ * made whole, its whole synthesis later). It stands until the next payload, which carries it.
+ */
+const heldBack = (ms) => (Number.isFinite(ms) && ms > 0 ? ms / 1000 : 0);
+
 /** True once `GRACE_MS` have passed since the hold was first met; schedules `again` meanwhile. */
 function graced(player, again) {
   const now = performance.now();
@@ -66,6 +75,7 @@ export class MsePlayer {
     this.stopped = false;
     this.sb = null;
     this.prerollS = prerollMs / 1000;
+    this.heldBackS = 0; // made by the server, not yet in the stream (`held_back_ms`)
     this.began = false; // play() was called once
     this.holding = true; // paused by us, waiting for audio to hold
     this.resuming = false; // play() called, `playing` not yet seen
@@ -91,6 +101,7 @@ export class MsePlayer {
     const a = this.audio, st = this.stats;
     a.addEventListener('playing', () => {
       this.resuming = false;
+      st.timeline.push([st.now(), 'playing', { aheadMs: Math.round(this.ahead() * 1000) }]);
       if (st.firstPlayMs === null) st.firstPlayMs = st.now();
       if (this.stallAt !== undefined) {
         st.gaps.push({ atMs: this.stallAt, ms: st.now() - this.stallAt });
@@ -110,7 +121,9 @@ export class MsePlayer {
 
   setPreroll(ms) { this.prerollS = ms / 1000; this.resume(); }
 
-  push(bytes) { this.queue.push(bytes); this.pump(); }
+  setHeldBack(ms) { this.heldBackS = heldBack(ms); }
+
+  push(bytes) { this.heldBackS = 0; this.queue.push(bytes); this.pump(); }
 
   finish() { this.finished = true; this.pump(); this.resume(); }
 
@@ -134,6 +147,7 @@ export class MsePlayer {
 
   afterAppend() {
     this.recordBuffered();
+    if (this.holding) this.stats.timeline.push([this.stats.now(), 'held', { aheadMs: Math.round(this.ahead() * 1000) }]);
     this.resume();
     this.pump();
   }
@@ -150,11 +164,12 @@ export class MsePlayer {
     const ahead = this.ahead();
     const need = this.began ? Math.max(this.prerollS, RESUME_S) : this.prerollS;
     const all = this.finished && !this.queue.length && !this.sb.updating; // nothing more to come
-    if (!all && (ahead < need || ahead === 0)) { this.metAt = undefined; return; }
+    if (!all && (ahead + this.heldBackS < need || ahead === 0)) { this.metAt = undefined; return; }
     if (!all && !graced(this, () => this.resume())) return;
     this.metAt = undefined;
     this.holding = false;
     if (!this.began) this.started(ahead);
+    this.stats.timeline.push([this.stats.now(), 'play', { aheadMs: Math.round(ahead * 1000), needMs: Math.round(need * 1000), heldBackMs: Math.round(this.heldBackS * 1000) }]);
     this.resuming = true; // until `playing`: the element may still wait for more on its own
     this.audio.play().then(
       () => { this.stats.playResolved = true; },
@@ -167,6 +182,7 @@ export class MsePlayer {
     this.began = true;
     st.startHeldMs = Math.round(ahead * 1000);
     st.startPrerollMs = Math.round(this.prerollS * 1000);
+    st.playCalledMs = st.now();
   }
 
   /** Ran dry after playback began: count the gap, and unless the stream is over, hold again. */
@@ -216,6 +232,7 @@ export class PcmPlayer {
     this.rate = sampleRate;
     this.carry = null; // an odd trailing byte (naive chunking can cut a sample in two)
     this.prerollS = prerollMs / 1000;
+    this.heldBackS = 0; // made by the server, not yet sent (`held_back_ms`: a resampler's few ms)
     this.held = []; // buffers not yet scheduled
     this.heldS = 0;
     this.next = 0;
@@ -228,7 +245,10 @@ export class PcmPlayer {
 
   setPreroll(ms) { this.prerollS = ms / 1000; this.drain(); }
 
+  setHeldBack(ms) { this.heldBackS = heldBack(ms); }
+
   push(bytes) {
+    this.heldBackS = 0;
     if (this.stopped) return;
     if (this.carry) {
       const joined = new Uint8Array(bytes.length + 1);
@@ -254,7 +274,7 @@ export class PcmPlayer {
     const now = this.ctx.currentTime;
     const idle = !this.chunks.length || this.next < now;
     const need = this.chunks.length ? Math.max(this.prerollS, RESUME_S) : this.prerollS;
-    if (idle && !this.finished && this.heldS < need) { this.metAt = undefined; return; }
+    if (idle && !this.finished && this.heldS + this.heldBackS < need) { this.metAt = undefined; return; }
     if (idle && !this.finished && !graced(this, () => this.drain())) return;
     this.metAt = undefined;
     if (!this.chunks.length) this.begin(now);
@@ -266,6 +286,8 @@ export class PcmPlayer {
 
   begin(now) {
     const st = this.stats;
+    st.playCalledMs = st.now();
+    st.timeline.push([st.now(), 'play', { aheadMs: Math.round(this.heldS * 1000), needMs: Math.round(this.prerollS * 1000) }]);
     this.next = now + 0.03; // a small lead absorbs the jitter of the next payloads
     st.firstPlayMs = st.now() + 30;
     st.playResolved = true;

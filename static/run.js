@@ -20,6 +20,9 @@ export function newStats(name, opts) {
     gaps: [], levels: [], peakRms: 0, soundMs: 0,
     // the server's `preroll_ms`: latest and largest; what was held when playback started
     prerollMs: 0, prerollMaxMs: 0, startHeldMs: null, startPrerollMs: null, rebuffers: 0,
+    // the player's own timeline, for telling where a start's time went: [ms, what, fields]
+    // ('preroll' in force, 'held' after each payload, 'play' called, 'playing' heard)
+    timeline: [], playCalledMs: null,
     sentences: [], payloads: [], agentText: '', done: null, error: null, errors: [],
     cancel: null, sampleRate: 24000,
     // word timings (`words` events), on the reply's timeline: what plays now, what was heard
@@ -63,6 +66,7 @@ export class Run {
       st.state = 'streaming';
       this.preroll(body.preroll_ms);
     } else if (type === 'sentence') {
+      if (this.player) this.player.setHeldBack(body.held_back_ms); // before the preroll it is met with
       this.preroll(body.preroll_ms);
       st.sentences.push({ index: body.index, text: body.text, arriveMs: st.now(), mediaS: this.mediaSoFar(), playMs: null });
     } else if (type === 'words') {
@@ -86,6 +90,7 @@ export class Run {
     const st = this.stats;
     st.prerollMs = Number.isFinite(ms) && ms > 0 ? ms : 0;
     st.prerollMaxMs = Math.max(st.prerollMaxMs, st.prerollMs);
+    st.timeline.push([st.now(), 'preroll', { ms: st.prerollMs }]);
     if (this.player) this.player.setPreroll(st.prerollMs);
   }
 
@@ -126,8 +131,9 @@ export class Run {
       st.samples = Math.floor(st.audioBytes / 2);
     }
     this.player.push(bytes);
+    st.timeline.push([st.now(), 'audio', { sentence: meta.sentence, madeMs: Math.round(this.mediaSoFar() * 1000) }]);
     this.overheads();
-    this.onChange();
+    this.onChange(true); // frequent: the page renders these at most every 100 ms
   }
 
   overheads() {

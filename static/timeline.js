@@ -47,10 +47,18 @@ function drawRun(g, st, top, x) {
   const ptop = top + LANE + 2;
   lane(g, st, ptop, x, 'play');
   g.fillStyle = COLORS.level;
+  // one bar per pixel column, its loudest sample (a level every 10 ms: thousands of bars a reply)
+  let col = -1, peak = 0;
+  const bar = () => {
+    const hgt = Math.min(LANE - 4, peak * 4 * (LANE - 4));
+    if (hgt > 0) g.fillRect(col, ptop + (LANE - hgt) / 2, 2, hgt);
+  };
   for (const [t, rms] of st.levels) {
-    const hgt = Math.min(LANE - 4, rms * 4 * (LANE - 4));
-    g.fillRect(x(t), ptop + (LANE - hgt) / 2, 2, hgt);
+    const px = Math.floor(x(t));
+    if (px !== col) { if (col >= 0) bar(); col = px; peak = 0; }
+    peak = Math.max(peak, rms);
   }
+  if (col >= 0) bar();
   g.fillStyle = color;
   for (const p of st.payloads) if (p.playMs !== null) g.fillRect(x(p.playMs), ptop + 14, 1.5, LANE - 18);
   for (const s of st.sentences) {

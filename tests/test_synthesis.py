@@ -176,3 +176,71 @@ def test_safety_grows_when_calls_run_over_their_forecast() -> None:
         rate.observe("exact", 2.0, wall, wall)
     assert 1.3 < rate.safety(1.15) <= 2.0
     assert rate.overrun() > 0.15 and rate.snapshot()["overrun"] == pytest.approx(rate.overrun(), abs=1e-3)
+
+
+@pytest.mark.parametrize("fmt", ["mp3", "pcm"])
+async def test_sentence_says_what_the_stream_holds_back(start_server, http, fmt: str) -> None:
+    """Each `sentence` after the first says how much of the audio made (the segments before it,
+    the MP3 lead-in first) the stream received so far does not carry yet: MP3's encoder keeps its
+    look-ahead until the next audio comes; PCM holds nothing back."""
+    from gateway.audio.mp3 import iter_frames
+
+    server = await start_server(fake_settings(fake_rtf=0.0))
+    r = await ws_stream(http, server.ws_url, text=TEXT, options={"format": fmt, "cache": False})
+    assert r.done
+    lead_in = 1105 / 24000 if fmt == "mp3" else 0.0
+    texts, n, decoded, told = split_text(TEXT, first_clause_words=2), 0, 0.0, []
+    for _, kind, fields in r.events:
+        if kind == "audio":
+            payload = r.payloads[n]
+            decoded += sum(h.duration_s for _, h in iter_frames(payload)) if fmt == "mp3" else len(payload) / 2 / 24000
+            n += 1
+        elif kind == "sentence" and fields["index"] > 0:
+            made = sum(fake_duration_s(t) for t in texts[: fields["index"]])
+            told.append(fields["held_back_ms"])
+            assert fields["held_back_ms"] == pytest.approx((made + lead_in - decoded) * 1000, abs=0.2)
+    assert len(told) == SEGMENTS - 1
+    assert all(80 <= ms <= 130 for ms in told) if fmt == "mp3" else told == [0.0] * (SEGMENTS - 1)
+
+
+def modal_rate(exact: float, streamed: float) -> EngineRate:
+    """An engine measured on the default text's segments (2 audio s a 40 characters... as fed):
+    exact calls at RTF ``exact``, frozen-first ones at ``streamed`` with their first audio at a
+    third of the call."""
+    rate = EngineRate()
+    for audio in (0.6, 2.5, 3.0, 1.6, 0.6, 2.5, 3.0, 1.6):
+        chars = round(audio / 0.065)
+        rate.observe("exact", audio, 0.08 + exact * audio, 0.08 + exact * audio, chars=chars)
+        rate.observe("frozen-first", audio, 0.08 + streamed * audio, (0.08 + streamed * audio) / 3, chars=chars)
+    return rate
+
+
+@pytest.mark.parametrize(("streamed", "later"), [(0.8, "frozen-first"), (1.6, "exact")])
+def test_a_player_not_started_gets_the_later_segments_that_start_it_sooner(streamed: float, later: str) -> None:
+    """The demo's default text. Streaming inside a segment a little slower than real time (RTF
+    0.8 x margin 1.3) still starts a waiting player sooner than exact segments, which arrive
+    whole and so put the whole next segment into its hold (Play both's start jumped about 1 s
+    there); far slower (1.6), exact does. Once the player plays, that slow goes exact again."""
+    from bench.firstreply import TEXT as DEFAULT_TEXT
+    from gateway.config import Settings
+    from gateway.core.listener import Listener, preroll_ms
+    from gateway.core.options import StreamOptions
+
+    texts, settings = split_text(DEFAULT_TEXT, first_clause_words=2), Settings(preroll_safety=1.3)
+    rate = modal_rate(0.4, streamed)
+    listener = Listener(
+        rate,
+        settings,
+        StreamOptions(voice="tone_a", vocoder="frozen-first"),
+        requested="frozen-first",
+        sample_rate=24000,
+        clock=lambda: 100.0,
+    )
+    told = listener.preroll_ms(texts, "frozen-first", complete=True)
+    exact_later = preroll_ms(rate, settings, 1.0, texts, 0.0, ["frozen-first"] + ["exact"] * (len(texts) - 1))
+    two_whole = sum(rate.audio_s(x) for x in texts[:2]) * 1000
+    assert listener.later_mode() == later and exact_later >= two_whole - 1
+    assert told < two_whole if later == "frozen-first" else told == exact_later
+    listener.first_audio()
+    listener.made(24000 * 10)  # the player holds its preroll: it plays
+    assert listener.t_play is not None and listener.mode_for(texts[1]) == "exact"

@@ -8,7 +8,7 @@ only to demonstrate what misaligned payloads do to a player.
 
 from __future__ import annotations
 
-from .mp3 import split_frames
+from .mp3 import iter_frames, split_frames
 
 MP3_FRAME_SAMPLES = 576  # MPEG-2 Layer III at 24 kHz: 24 ms
 
@@ -49,3 +49,13 @@ class Packetizer:
     def flush(self) -> list[bytes]:
         rest, self._pending = bytes(self._pending), bytearray()
         return [rest] if rest else []
+
+
+def stream_seconds(fmt: str, data: bytes, sample_rate: int) -> float | None:
+    """Seconds a decoder gets from ``data`` (what an encoder returned: whole MP3 frames, or raw
+    s16le PCM at ``sample_rate``); None for formats whose length is not counted here."""
+    if fmt == "mp3":
+        return sum(h.samples / h.sample_rate for _, h in iter_frames(data))
+    if fmt == "pcm":
+        return len(data) // 2 / sample_rate
+    return None

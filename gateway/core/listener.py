@@ -29,7 +29,7 @@ from .edf import TIE_S, Job, job, pieces, placed, play, reached
 from .engine_rate import DEFAULT, EngineRate
 from .margins import needed_stretch, scaled
 from .options import StreamOptions
-from .schedule import forecast, preroll_from, preroll_s
+from .schedule import forecast, preroll_from, preroll_s, start_s
 
 if TYPE_CHECKING:
     from .budget import Budget
@@ -80,6 +80,7 @@ class Listener:
         self.plan: Plan | None = None
         self.arrivals: list[tuple[float, float]] = []
         self.more: Callable[[], bool] = lambda: False  # another segment is cut and waits (the pipeline's)
+        self.stream_to_start = False  # later segments streamed until the player starts (``preroll_ms``)
 
     def made(self, samples: int) -> None:
         self.samples += samples
@@ -192,7 +193,7 @@ class Listener:
         need = rate.predict(VocoderMode.EXACT, rate.audio_s(text, self.options.speed))
         if self.buffered_s() >= rate.safety(self.settings.preroll_safety) * need:
             return VocoderMode.EXACT
-        if self.t_first_audio is not None and self._streaming_too_slow():
+        if self.t_first_audio is not None and self.later_mode() == VocoderMode.EXACT:
             return VocoderMode.EXACT
         k = rate.safety(self.settings.preroll_safety)
         if self.budget is not None and not self.budget.headroom(self, k * rate.rtf(VocoderMode.FROZEN_FIRST)):
@@ -204,15 +205,36 @@ class Listener:
         return rate.rtf(VocoderMode.FROZEN_FIRST) * rate.safety(self.settings.preroll_safety) >= 1.0
 
     def later_mode(self) -> str | None:
-        """The mode a segment after the next one is forecast to get."""
+        """The mode a segment after the next one is forecast to get: exact once streaming inside
+        a segment is no faster than real time, unless the player has not started and streamed
+        segments start it sooner (``preroll_ms`` weighs both: ``stream_to_start``)."""
         if self.requested == VocoderMode.FROZEN_FIRST and self._streaming_too_slow():
-            return VocoderMode.EXACT
+            if not (self.stream_to_start and self.t_play is None):
+                return VocoderMode.EXACT
         return self.requested
+
+    def _streamed_starts_sooner(self, texts: Sequence[str], mode: str | None) -> bool:
+        """For a player not started yet, where streaming is no faster than real time: do the
+        segments after ``texts[0]`` streamed give an earlier forecast start than made exact?
+        Exact ones arrive whole, so the hold takes in the next segment whole: Play both's start
+        jumped from about 1 s to about 2 s where the rate crossed that line (docs/BENCHMARKS.md)."""
+        if self.requested != VocoderMode.FROZEN_FIRST or len(texts) < 2 or not self._streaming_too_slow():
+            return False
+        rate, k = self.engine_rate, self.engine_rate.safety(self.settings.preroll_safety, mode or DEFAULT)
+        exact, streamed = (
+            start_s(
+                forecast(texts, [mode] + [later] * (len(texts) - 1), rate, self.options.speed), self.buffered_s(), k
+            )
+            for later in (VocoderMode.EXACT, VocoderMode.FROZEN_FIRST)
+        )
+        return streamed < exact
 
     def preroll_ms(self, texts: Sequence[str], mode: str | None, complete: bool = False) -> int:
         """``preroll_ms`` for a player now; ``texts[0]`` is the segment starting (in ``mode``),
         the rest what is forecast to follow it; ``complete``: they are the whole reply, and
         nothing was made yet (the forecast the margins learn from)."""
+        if self.live and self.t_play is None:
+            self.stream_to_start = self._streamed_starts_sooner(texts, mode)
         later = self.later_mode()
         modes = [mode if k == 0 else later for k in range(len(texts))]
         shared = self.shared_preroll_s(texts)

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from ..audio.encoders import Encoder
-from ..audio.payloads import Packetizer
+from ..audio.payloads import Packetizer, stream_seconds
 from ..audio.resample import reply_encoder
 from ..config import Settings
 from ..errors import GatewayError, NothingToSpeak
@@ -135,6 +135,7 @@ class Pipeline(BudgetMember):
         self.lead_in = self.encoder.delay_samples  # heard before the first sample
         self.transcript = Transcript()  # what the reply said, when; what the listener heard
         self.encoded = 0  # samples given to the encoder so far: the reply's timeline
+        self.stream_s: float | None = 0.0  # seconds the encoded stream decodes to (None: not counted)
         self.ended = False
         self.cut = self.segments_done = 0  # segments made by the segmenter / all encoded
         self.t_input: float | None = None  # first input of this reply
@@ -261,6 +262,8 @@ class Pipeline(BudgetMember):
                     return
                 if isinstance(item, Event):  # the segment's `sentence`
                     self.transcript.segment(index, item.fields["text"])
+                    if (held := self._held_back_ms()) is not None:
+                        item.fields["held_back_ms"] = held
                     await self.out.put(item)
                     continue
                 if isinstance(item, WordTimes):  # on the segment's timeline, however many come
@@ -297,11 +300,28 @@ class Pipeline(BudgetMember):
             # a reply's first 100 ms go out before the rest of its first chunk is encoded
             # (a whole sentence takes 10-20 ms to encode: bench overhead)
             self.encoded += head // 2
-            await self._emit(self.packer.push(self.encoder.encode(pcm[:head])), index)
+            await self._emit(self.packer.push(self._counted(self.encoder.encode(pcm[:head]))), index)
             await self.out.join()
             pcm = pcm[head:]
         self.encoded += len(pcm) // 2
-        await self._emit(self.packer.push(self.encoder.encode(pcm)), index)
+        await self._emit(self.packer.push(self._counted(self.encoder.encode(pcm))), index)
+
+    def _counted(self, data: bytes) -> bytes:
+        """What the encoder returned, its decoded length counted for ``held_back_ms``."""
+        if self.stream_s is not None and data:
+            got = stream_seconds(self.encoder.format, data, self.encoder.sample_rate)
+            self.stream_s = None if got is None else self.stream_s + got
+        return data
+
+    def _held_back_ms(self) -> float | None:
+        """Audio made that the client's stream does not carry yet: the encoder holds it (MP3:
+        LAME's look-ahead and a partial frame, 80-127 ms at 24 kHz) until the next audio comes.
+        A player told to hold all the audio made so far counts it as held (the next `sentence`
+        follows a segment's last audio), or it would wait for the next segment."""
+        if self.stream_s is None:
+            return None
+        made = (self.encoded + self.lead_in) / self.sample_rate  # the stream starts with the lead-in
+        return round(max(0.0, made - self.stream_s) * 1000, 1)
 
     async def _emit(self, payloads: list[bytes], sentence: int) -> None:
         end_ms = self._ms(self.encoded)

@@ -111,6 +111,20 @@ def preroll_from(pieces: Sequence[tuple[float, float, float]], held_s: float = 0
     return held
 
 
+def start_s(segments: Sequence[Forecast], held_s: float = 0.0, safety: float = 1.2) -> float:
+    """When, on the same forecast, a player told ``preroll_s`` starts: the arrival that brings
+    its hold (now, when it holds enough already)."""
+    pieces = arrivals(segments, safety)
+    hold, held = preroll_from(pieces, held_s), held_s
+    if not pieces or (held > 0 and held >= hold - 1e-9):
+        return 0.0
+    for at, audio, _ in pieces:
+        held += audio
+        if held >= hold - 1e-9:
+            return at
+    return pieces[-1][0]
+
+
 def oracle_start(arrivals: Iterable[tuple[float, float]]) -> float:
     """The earliest start that plays ``arrivals`` (time, audio s), in playback order, without
     a stall: the latest of each payload's arrival minus the audio before it. What a player
