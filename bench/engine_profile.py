@@ -81,10 +81,12 @@ def instrument(engine: EmbeddedEngine, log: list[Call]) -> None:
     model = engine.model
     if not isinstance(model.session, Timed):
         model.session = Timed(model.session, "whole", log)
+    model.session.log = log  # a later measure() records into its own log
     vocoder = engine.vocoder
     for attr, kind in (("_encoder", "encoder"), ("_exact", "exact"), ("_frozen", "frozen")):
         if not isinstance(getattr(vocoder, attr), Timed):
             setattr(vocoder, attr, Timed(getattr(vocoder, attr), kind, log))
+        getattr(vocoder, attr).log = log
 
 
 def previous_policy(policy: Policy) -> Policy:
@@ -103,8 +105,11 @@ async def one(engine: EmbeddedEngine, text: str, voice: str, mode: str, log: lis
     return Run(mode, time.perf_counter() - t0, first, samples / RATE, list(log))
 
 
-async def measure(engine: EmbeddedEngine, segs: list[str], voice: str, reps: int) -> list[dict[str, list[Run]]]:
-    """``reps`` repetitions of every path over ``segs``; one dict path -> runs per repetition."""
+async def measure(
+    engine: EmbeddedEngine, segs: list[str], voice: str, reps: int, offset: int = 0
+) -> list[dict[str, list[Run]]]:
+    """``reps`` repetitions of every path over ``segs``; one dict path -> runs per repetition.
+    The paths' order flips every repetition (``offset``: the index of the first one)."""
     log: list[Call] = []
     instrument(engine, log)
     vocoder: StreamingVocoder = engine.host.vocoder
@@ -114,7 +119,7 @@ async def measure(engine: EmbeddedEngine, segs: list[str], voice: str, reps: int
     for rep in range(reps):
         runs: dict[str, list[Run]] = {p: [] for p in paths}
         for seg in segs:
-            for path in paths if rep % 2 == 0 else paths[::-1]:
+            for path in paths if (rep + offset) % 2 == 0 else paths[::-1]:
                 engine.host.vocoder = policies.get(path, vocoder)
                 run = await one(engine, seg, voice, path.split()[0], log)
                 runs[path].append(replace(run, path=path))

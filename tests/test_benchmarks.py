@@ -357,3 +357,42 @@ def test_firstreply_bench_on_fake(tmp_path: Path) -> None:
     # the rate warm-up runs after the ready line only in the old order
     measured = [any("engine rate measured" in line for line in o["log_after_ready"]) for o in orders.values()]
     assert measured == [True, False]
+
+
+def test_engine_paths_groups_and_accounting_add_up() -> None:
+    """The paths bench pairs each sentence with the segments cut from it, and its accounting
+    splits the exact path's extra time into parts that add up to the gap (no model here)."""
+    import re
+
+    from bench import engine_paths
+    from bench.corpus import SENTENCES
+    from bench.engine_profile import Call, Run
+
+    segs = engine_paths.segments(engine_paths.TEXT)
+    sentences = list(SENTENCES[4:8])
+    groups = engine_paths.groups(sentences, segs)
+    assert [" ".join(segs[i] for i in g) for g in groups] == sentences
+    assert [i for g in groups for i in g] == list(range(len(segs)))
+    assert len(groups[0]) == 2  # the first sentence is cut at its first clause
+
+    bare = engine_paths.BareCall
+    out = {
+        "fit": (0.02, 0.01),
+        "g2p_s": 0.01,
+        "bare": {
+            engine_paths.BARE[0]: [[bare(1.0, 80, 40000)]],
+            engine_paths.BARE[1]: [[bare(0.6, 45, 20000), bare(0.5, 40, 19000)]],
+        },
+        "profile": [{"exact": [Run("exact", 1.3, 0.7, 1.6, [Call("whole", 45, 0.6), Call("whole", 40, 0.55)])]}],
+    }
+    line = engine_paths.accounting(out)[-1]
+    parts = re.search(
+        r"gap (\S+) = segmentation (\S+) \(\+1 call, \+5 frames: predicted (\S+)\) \+ engine calls (\S+) "
+        r"\+ G2P (\S+) \+ other (\S+);",
+        line,
+    )
+    assert parts is not None, line
+    gap, seg, predicted, calls, g2p, other = (float(x) for x in parts.groups())
+    assert (gap, seg, calls, g2p, other) == (300, 100, 50, 10, 140)
+    assert seg + calls + g2p + other == gap
+    assert predicted == 20 + 50  # one more call's fixed cost, five more frames
