@@ -9,9 +9,12 @@ executor hops, PCM conversion, the event loop). ``frozen-first`` runs with an em
 buffer, so every segment streams (the worst case); paths alternate segment by segment and the
 order flips every repetition, so load from other processes falls on all alike.
 
-The ``frozen-first`` rows run under two pacing policies in the same run: ``previous`` (the
-policy before issue 24) and the current default, so that the change and its first audio are
-measured side by side.
+The ``frozen-first`` rows run under three pacing policies in the same run: ``previous`` (the
+policy before issue 24: chunks of at most 48 frames, no ``batch_rest``), ``no batch_rest`` (the
+current sizes, up to 96 frames, without ``batch_rest``) and the current default, so that each of
+issue 24's two changes and their first audio are measured side by side. ``window_costs``
+compares the same window's calls across the policies (a line fitted over each policy's own
+windows is a poor guide: its fixed part swings with the few large windows).
 """
 
 from __future__ import annotations
@@ -114,7 +117,8 @@ async def measure(
     instrument(engine, log)
     vocoder: StreamingVocoder = engine.host.vocoder
     policies = {"frozen-first": vocoder, "frozen-first previous": vocoder.with_policy(previous_policy(vocoder.policy))}
-    paths = ["exact", "frozen-first previous", "frozen-first"]
+    policies["frozen-first no batch_rest"] = vocoder.with_policy(replace(vocoder.policy, batch_rest=False))
+    paths = ["exact", "frozen-first previous", "frozen-first no batch_rest", "frozen-first"]
     out = []
     for rep in range(reps):
         runs: dict[str, list[Run]] = {p: [] for p in paths}
@@ -226,6 +230,24 @@ def call_costs(reps: list[dict[str, list[Run]]]) -> list[str]:
                 else f"one window size, {statistics.median(c.seconds for c in frozen) * 1000:.0f} ms median"
             )
             out.append(f"frozen calls of {path}: {len(frozen)}, {line}")
+    return out + window_costs(reps)
+
+
+def window_costs(reps: list[dict[str, list[Run]]]) -> list[str]:
+    """Median ms of the vocoder calls per window (frames), per path: the same window costs the
+    same under either policy unless something per call (a cold shape, the other calls between)
+    differs; a line fitted over different windows can differ in its fixed part without that
+    (a call's cost per frame falls a little as its window grows)."""
+    out = ["vocoder calls per window, median ms (count) per path; frozen, then exact:"]
+    for kind in ("frozen", "exact"):
+        costs: dict[str, dict[int, list[float]]] = {}
+        for path in reps[0]:
+            for c in (c for runs in reps for r in runs[path] for c in r.calls if c.kind == kind):
+                costs.setdefault(path, {}).setdefault(c.window, []).append(c.seconds * 1000)
+        for path, by_window in costs.items():
+            cells = [f"{w}: {statistics.median(ms):.0f} ({len(ms)})" for w, ms in sorted(by_window.items())]
+            total = sum(sum(ms) for ms in by_window.values()) / len(reps)
+            out.append(f"  {kind} {path}: {total:.0f} ms a repetition; " + ", ".join(cells))
     return out
 
 

@@ -396,3 +396,27 @@ def test_engine_paths_groups_and_accounting_add_up() -> None:
     assert (gap, seg, calls, g2p, other) == (300, 100, 50, 10, 140)
     assert seg + calls + g2p + other == gap
     assert predicted == 20 + 50  # one more call's fixed cost, five more frames
+
+
+def test_engine_profile_window_costs_per_path() -> None:
+    """The per-window table compares the same window's calls across policies (no model here):
+    medians per window, counts, and each path's total per repetition."""
+    from bench.engine_profile import Call, Run, window_costs
+
+    def run(path: str, *calls: Call) -> Run:
+        return Run(path, 1.0, 0.1, 1.0, list(calls))
+
+    reps = [
+        {
+            "exact": [run("exact", Call("whole", 60, 0.5))],
+            "frozen-first": [run("frozen-first", Call("frozen", 14, 0.10), Call("frozen", 14, 0.14))],
+        },
+        {
+            "exact": [run("exact", Call("whole", 60, 0.5))],
+            "frozen-first": [run("frozen-first", Call("frozen", 14, 0.12), Call("exact", 70, 0.4))],
+        },
+    ]
+    lines = window_costs(reps)
+    assert lines[1] == "  frozen frozen-first: 180 ms a repetition; 14: 120 (3)"
+    assert lines[2] == "  exact frozen-first: 200 ms a repetition; 70: 400 (1)"
+    assert len(lines) == 3  # the exact path's whole-model calls are neither kind
