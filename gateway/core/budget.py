@@ -228,10 +228,9 @@ class Budget:
         admission promises must hold on a machine noisier than the replies it learned from)."""
         return max(self.safety_floor, self.engine_rate.safety(self.safety_floor))
 
-    def load(self, exclude: Member | Seat | None = None, queued: bool = False) -> float:
-        """Engine-seconds per second the admitted listeners (``queued``: and those told to wait)
-        need while they play, per slot."""
-        streams, _ = self.streams(exclude, queued=queued)
+    def load(self, exclude: Member | Seat | None = None) -> float:
+        """Engine-seconds per second the admitted listeners need while they play, per slot."""
+        streams, _ = self.streams(exclude)
         need = sum(sum(j.work_s for j in s.jobs) / max(1e-3, sum(j.audio_s for j in s.jobs)) for s in streams)
         return round(need / max(1, min(self.scheduler.slots, max(1, len(streams)))), 3)
 
@@ -312,15 +311,12 @@ class Budget:
             retry = wait if math.isfinite(wait) else self.queue_timeout_s
             log.log(
                 logging.DEBUG if tentative else logging.WARNING,
-                "refused a listener: forecast start %.2f s (%.2f s alone), %d listeners, %d queued, "
-                "load %.2f (%.2f with the queued), margin %.2f",
+                "refused a listener: forecast start %.2f s (%.2f s alone), %d listeners, %d queued, load %.2f",
                 v.start_s,
                 v.alone_s,
                 len(self.members),
                 len(self.queue),
                 self.load(),
-                self.load(queued=True),
-                self.safety(),
             )
             raise Overloaded(
                 f"the engine is fully booked: a new listener could start in {retry:.1f} s at the "

@@ -46,14 +46,12 @@ class Stream:
     """One reply's remaining segments, in order; the first may start ``release`` s from now
     (after its own call that is running). ``hold_s``: a player that has not started yet, which
     starts once that much more audio has come (0: at its first audio); its deadlines, planned
-    for a start ``anchor_s`` s from now, move with its real start (None: it plays already).
-    ``open``: its input is still coming, so part of its work is a nominal guess (``still_open``)."""
+    for a start ``anchor_s`` s from now, move with its real start (None: it plays already)."""
 
     jobs: tuple[Job, ...]
     release: float = 0.0
     hold_s: float | None = None
     anchor_s: float = 0.0
-    open: bool = False
 
 
 def reached(start: float, j: Job, need: float) -> float | None:

@@ -267,7 +267,7 @@ class Listener:
         on the prior rate, its texts and modes, to forecast again once the engine is measured)."""
         measured = self.engine_rate.measured(mode)
         if (shared := self._shared_pieces(texts)) is not None:
-            got, k, _ = shared
+            got, k = shared
             return (lambda s: preroll_from(scaled(got, s / k))), self.clock(), SHARED, None
         segments = forecast(texts, modes, self.engine_rate, self.options.speed)
         again = None if measured else (list(texts), list(modes))
@@ -275,35 +275,22 @@ class Listener:
 
     def shared_preroll_s(self, texts: Sequence[str]) -> float | None:
         """The preroll with the other listeners' work on the engine (None: it has no others):
-        this reply's segments finish where the scheduler will serve them, at the stretch of
-        ``_shared_stretch``."""
+        this reply's segments finish where the scheduler will serve them, stretched by the
+        margin replies needed where that is more than the budget's. (Never below the budget's
+        floor here: the others' work is forecast from their texts' lengths, which the margins
+        learned from this engine's own replies do not cover; below it, a listener admitted from
+        the queue beside a reply streaming in stalled 0.24 s on the replay.)"""
         shared = self._shared_pieces(texts)
         if shared is None:
             return None
-        got, k, guessed = shared
-        return preroll_from(scaled(got, self._shared_stretch(k, guessed) / k), self.buffered_s())
+        got, k = shared
+        # what replies shared this way needed; before any was seen, what any reply needed
+        learned = self.engine_rate.margin(SHARED) or self.engine_rate.margin(None)
+        return preroll_from(scaled(got, learned / k) if learned and learned > k else got, self.buffered_s())
 
-    def _shared_stretch(self, k: float, guessed: bool) -> float:
-        """The stretch of a forecast beside others' work (placed at the budget's ``k``): what
-        replies forecast so needed once learned (the ``shared`` bucket), below the budget's
-        floor too; else, and where some of the others' work is a guess (``guessed``: a reply
-        whose input is still coming counts as at least the nominal reply), never below the
-        floor (raised to a larger learned margin). A margin learned from replies alone does not
-        count downwards: alone, a reply has slack that a schedule shared tightly lacks (below the
-        floor on it, a listener admitted from the queue beside a token client stalled on the
-        replay). (At the floor beside texts known whole on an engine exactly on time, a queued
-        listener's whole segments held one segment more than its arrivals needed: 8.5 s for an
-        oracle of 6.1 s at RTF 0.6, 7.1 s for 4.8 s at RTF 0.35.)"""
-        rate = self.engine_rate
-        shared = rate.margin(SHARED)
-        if shared is not None and not guessed:
-            return shared
-        return max(k, shared or rate.margin(None) or k)
-
-    def _shared_pieces(self, texts: Sequence[str]) -> tuple[list[tuple[float, float, float]], float, bool] | None:
+    def _shared_pieces(self, texts: Sequence[str]) -> tuple[list[tuple[float, float, float]], float] | None:
         """(arrival, audio, position) of this reply's segments where the scheduler will serve
-        them beside the others' work, forecast at the budget's stretch (returned with them, and
-        whether some of the others' work is a guess: a reply whose input is still coming)."""
+        them beside the others' work, forecast at the budget's stretch (returned with them)."""
         if self.budget is None or not self.live or not self.budget.contended():
             return None
         o = self.options  # replies sharing this one's synthesis ("Play both") are its own work
@@ -311,10 +298,10 @@ class Listener:
         others, free = self.budget.streams(exclude=self, key=key)
         if not others and not any(free):
             return None
-        now, free, guessed = self.clock(), free or [0.0], any(s.open for s in others)
+        now, free = self.clock(), free or [0.0]
         mine = self.stream(self.audio_of(texts), now, None, current=False, anchored=False)
         if self.t_play is not None or o.buffered_s:
-            return pieces(mine, play([*others, mine], free)[0][-1]), self.budget.safety(), guessed
+            return pieces(mine, play([*others, mine], free)[0][-1]), self.budget.safety()
         # the player starts once it holds the preroll, whenever that comes, and the scheduler
         # follows: the smallest hold that keeps it gapless and the others no later than its
         # planned start does; where its deadlines and another's are within what text-length
@@ -325,7 +312,7 @@ class Listener:
             (placed(others, mine, free, held, anchor, bias) for bias in (0.0, -TIE_S)),
             key=lambda g: preroll_from(g, held),
         )
-        return got, self.budget.safety(), guessed
+        return got, self.budget.safety()
 
     async def wait(self, pending: Sequence[str]) -> None:
         """Far enough ahead of the listener (``lookahead_s`` beyond what the next segments are

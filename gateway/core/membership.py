@@ -7,7 +7,6 @@ queue before its first segment (``enter_budget``).
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from .budget import ADMIT, ShareKey, Stream, Verdict, share_key, still_open
@@ -46,13 +45,9 @@ class BudgetMember:
     def stream(self, now: float, running: float | None) -> Stream:
         """The engine work this reply still needs; before any input, the reply it was admitted
         for; while its input is open, its text so far and at least the nominal reply (``still_open``)."""
-        if self.t_input is None and self.planned:  # (open: admitted without its text, a nominal reply)
-            stream = self.listener.stream(self.planned, now, None, current=False)
-            is_open = not self.options.text.strip()
-        else:
-            stream = self.listener.stream(self.forecast_audio(), now, running, current=self.current is not None)
-            is_open = not self.ended
-        return replace(stream, open=True) if is_open else stream
+        if self.t_input is None and self.planned:
+            return self.listener.stream(self.planned, now, None, current=False)
+        return self.listener.stream(self.forecast_audio(), now, running, current=self.current is not None)
 
     def forecast_audio(self, current: bool = True) -> list[float]:
         """Audio (s) of the segments still to make (the one being made first, when ``current``)."""
