@@ -12,8 +12,8 @@ The wall time counts from the moment the call has one of the engine's slots (``s
 waiting behind other sessions is the budget's to forecast, not the engine's rate.
 
 The margin forecasts are stretched by is learned from what replies' arrivals needed
-(``margins.py``), per mode, once a few replies were seen; before that it follows the calls'
-overruns.
+(``margins.py``), per mode, from the first reply on (drawn towards the rule before learning
+while few replies were seen); before that it follows the calls' overruns.
 """
 
 from __future__ import annotations
@@ -126,6 +126,12 @@ class EngineRate:
             return factor
         rule = min(2.0, max(floor, 1.0 + 2.0 * self.overrun()))
         return max(rule, self.margins.startup(mode))
+
+    def learn(self, bucket: str, needed: float, floor: float) -> None:
+        """A reply of ``bucket`` needed a stretch of ``needed`` (``margins.needed_stretch``);
+        the rule before learning (``floor``: ``preroll_safety``) is what its first reply's
+        margin is drawn towards (``Margins.factor``)."""
+        self.margins.observe(bucket, needed, self.overrun(), prior=max(floor, self.margins.startup(bucket)))
 
     def margin(self, bucket: str | None) -> float | None:
         """The stretch replies of ``bucket`` needed (None: the largest of any), widened while

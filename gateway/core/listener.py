@@ -259,7 +259,7 @@ class Listener:
                 segments = forecast(*again, self.engine_rate, self.options.speed)
                 preroll_at = lambda s: preroll_s(segments, 0.0, s)  # noqa: E731
             rate = self.engine_rate
-            rate.margins.observe(bucket, needed_stretch(preroll_at, self.arrivals), rate.overrun())
+            rate.learn(bucket, needed_stretch(preroll_at, self.arrivals), self.settings.preroll_safety)
         self.plan = None
 
     def _plan(self, texts: Sequence[str], modes: Sequence[str | None], mode: str | None) -> Plan:

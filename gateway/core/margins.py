@@ -9,8 +9,12 @@ first forecast saw, the gateway compares: the arrivals it really made give the o
 the preroll at each stretch; the smallest stretch whose preroll covers the oracle's is what
 that reply needed (``needed_stretch``). ``Margins`` keeps a decayed mean and spread of it per
 bucket (the vocoder mode: each has its own errors; ``shared`` for replies forecast with other
-listeners' work on the engine) and answers mean + 2 spreads once it has seen a few replies;
-before that, the caller's fixed rule stands.
+listeners' work on the engine) and answers mean + 2 spreads from its first reply on; before
+that, the caller's fixed rule stands. One or two replies are not trusted as if certain: on an
+exact engine nearly every reply needs exactly 1.0 (the forecast misses only by its texts'
+estimated lengths), so their spread is 0 and a later text whose estimate ran short stalled
+(0.93 s on the replay, ``tests/test_margin_replay.py``). The rule before learning (``prior``)
+stays in the answer as one pseudo-reply that decays as replies come.
 """
 
 from __future__ import annotations
@@ -69,15 +73,17 @@ class Margins:
         self._sums: dict[str, list[float]] = {}  # weight, sum, sum of squares, sum of overruns
         self._replies: dict[str, int] = {}
         self._startup: dict[str, float] = {}  # what the start-up warm-up's replies needed
+        self._prior: dict[str, list[float]] = {}  # weight, stretch: the rule before learning
 
     def settle(self) -> None:
         """What was learned so far came from the start-up warm-up (``warmup.py``): a short reply
         on an idle machine, one per bucket, too few to say how far a listener's text can miss
         its forecast. It becomes a lower bound of the rule before learning (``startup``), and
         listeners' replies are learned from scratch."""
-        self._startup = {b: f for b in self.buckets() if (f := self.factor(b)) is not None}
+        self._startup = {b: f for b in self.buckets() if (f := self.factor(b, prior=False)) is not None}
         self._sums.clear()
         self._replies.clear()
+        self._prior.clear()
 
     def startup(self, bucket: str | None) -> float:
         """What the warm-up's reply of ``bucket`` needed (None: the largest); 1.0 if none."""
@@ -85,27 +91,37 @@ class Margins:
             return max(self._startup.values(), default=LOW)
         return self._startup.get(bucket, LOW)
 
-    def observe(self, bucket: str, needed: float, overrun: float = 0.0) -> None:
+    def observe(self, bucket: str, needed: float, overrun: float = 0.0, prior: float | None = None) -> None:
         """A reply of ``bucket`` needed ``needed`` while the engine's calls ran ``overrun``
-        (``EngineRate.overrun``) over their forecast."""
+        (``EngineRate.overrun``) over their forecast. ``prior``: the stretch the rule before
+        learning gave (``EngineRate.safety``); a bucket's first reply keeps it as one
+        pseudo-reply, which decays as replies do (``factor``)."""
         w, s, sq, o = self._sums.get(bucket, [0.0, 0.0, 0.0, 0.0])
         f = self.forget
+        if prior is not None and bucket not in self._prior:
+            self._prior[bucket] = [1.0, prior]
+        if bucket in self._prior:
+            self._prior[bucket][0] *= f
         self._sums[bucket] = [w * f + 1.0, s * f + needed, sq * f + needed * needed, o * f + overrun]
         self._replies[bucket] = self._replies.get(bucket, 0) + 1
 
-    def factor(self, bucket: str, overrun: float | None = None) -> float | None:
+    def factor(self, bucket: str, overrun: float | None = None, prior: bool = True) -> float | None:
         """The learned stretch for ``bucket`` (None until ``MIN_REPLIES`` replies were seen).
         With the calls' ``overrun`` now: widened by as much as they run over their forecast
         beyond what they did while it was learned (1 + 2 x overrun, as the rule before any
         margin), so a margin learned on an idle machine does not hold once the machine is seen
-        to slow down, until replies on the busy machine teach it."""
+        to slow down, until replies on the busy machine teach it. With ``prior``: drawn towards
+        the rule before learning by its pseudo-reply's weight (``forget`` per reply since)."""
         if self._replies.get(bucket, 0) < MIN_REPLIES:
             return None
         w, s, sq, o = self._sums[bucket]
+        wider = 2.0 * max(0.0, overrun - o / w) if overrun is not None else 0.0
         mean = s / w
         spread = math.sqrt(max(0.0, sq / w - mean * mean))
-        wider = 2.0 * max(0.0, overrun - o / w) if overrun is not None else 0.0
-        return min(HIGH, max(LOW, mean + 2.0 * spread + wider))
+        learned = mean + 2.0 * spread
+        pw, p = self._prior.get(bucket, (0.0, 0.0)) if prior else (0.0, 0.0)
+        learned = (w * learned + pw * p) / (w + pw)
+        return min(HIGH, max(LOW, learned + wider))
 
     def buckets(self) -> list[str]:
         return [b for b in self._sums if self._replies.get(b, 0) >= MIN_REPLIES]
