@@ -105,6 +105,21 @@ async def test_forwarded_header_must_be_one_of_two(start_server: ServerFactory) 
         await start_server(fake_settings(trusted_proxies="127.0.0.1", forwarded_header="x-real-ip"))
 
 
+async def both_channels(http: aiohttp.ClientSession, server: Server, headers: dict[str, str]) -> tuple[int, bool]:
+    """The SSE route's status and whether the WebSocket upgraded, for a page sending ``headers``
+    (a refused upgrade must be a 403)."""
+    async with http.get(server.url + SSE, headers=headers) as r:
+        status = r.status
+        await r.read()
+    try:
+        async with http.ws_connect(server.ws_url, headers=headers) as ws:
+            await ws.close()
+        return status, True
+    except aiohttp.WSServerHandshakeError as exc:
+        assert exc.status == 403
+        return status, False
+
+
 # -- finding 12: the scheme a TLS-terminating proxy saw ----------------------------------------
 @pytest.mark.parametrize(
     "header,forwarded",
@@ -125,16 +140,8 @@ async def test_a_same_origin_page_behind_a_tls_proxy_is_allowed(
     direct = await start_server(fake_settings(**behind(header)))  # nobody trusted
     async with aiohttp.ClientSession() as http:
         for server, allowed in ((proxied, True), (direct, False)):
-            async with http.get(server.url + SSE, headers={**page, **forwarded}) as r:
-                assert (r.status == 200) is allowed, (server.settings.trusted_proxies, r.status)
-                await r.read()
-            try:
-                async with http.ws_connect(server.ws_url, headers={**page, **forwarded}) as ws:
-                    await ws.close()
-                upgraded = True
-            except aiohttp.WSServerHandshakeError as exc:
-                assert exc.status == 403
-                upgraded = False
+            status, upgraded = await both_channels(http, server, {**page, **forwarded})
+            assert (status == 200) is allowed, (server.settings.trusted_proxies, status)
             assert upgraded is allowed
 
 
@@ -167,17 +174,8 @@ async def test_a_same_origin_page_behind_a_proxy_that_rewrites_host_is_allowed(
             (direct, forwarded, False),
             (proxied, forged, False),
         ):
-            page = {**PROXIED_PAGE, **headers}
-            async with http.get(server.url + SSE, headers=page) as r:
-                assert (r.status == 200) is allowed, (server.settings.trusted_proxies, headers, r.status)
-                await r.read()
-            try:
-                async with http.ws_connect(server.ws_url, headers=page) as ws:
-                    await ws.close()
-                upgraded = True
-            except aiohttp.WSServerHandshakeError as exc:
-                assert exc.status == 403
-                upgraded = False
+            status, upgraded = await both_channels(http, server, {**PROXIED_PAGE, **headers})
+            assert (status == 200) is allowed, (server.settings.trusted_proxies, headers, status)
             assert upgraded is allowed, headers
 
 
