@@ -10,8 +10,6 @@ once and kept in the user cache (``~/.cache/kokoro-gateway/float``), as in produ
 from __future__ import annotations
 
 import hashlib
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +23,8 @@ from gateway.kokoro import floatgraph
 from gateway.kokoro.floatgraph.dequantize import QUANTIZED, dequantize
 from gateway.kokoro.floatgraph.runtime import CUDA, ProviderUnavailable, check_provider
 
-ROOT = Path(__file__).resolve().parent.parent
+from .support.cli import refused_at_start
+
 PHONEMES = "ðə tɹˈAn tə ðə ˈɛɹpˌɔɹt lˈivz fɹʌm ðə sˈɛkənd plˈætfˌɔɹm."
 HAS_CUDA = CUDA in ort.get_available_providers()
 
@@ -189,25 +188,8 @@ def test_cuda_without_onnxruntime_gpu_is_refused_in_one_line(tmp_path: Path) -> 
 
     with pytest.raises(ValueError, match="embedded_provider=cuda needs onnxruntime-gpu"):
         EmbeddedEngine(Settings(embedded_provider="cuda"))
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "run_gateway.py"),
-            "--port",
-            "0",
-            "--set",
-            "embedded_provider=cuda",
-            "--set",
-            "embedded_precision=fp16",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert proc.returncode != 0 and len(lines) == 1, proc.stderr
-    assert "embedded_provider=cuda needs onnxruntime-gpu" in lines[0] and "CPUExecutionProvider" in lines[0]
+    line = refused_at_start(tmp_path, "embedded_provider=cuda", "embedded_precision=fp16")
+    assert "embedded_provider=cuda needs onnxruntime-gpu" in line and "CPUExecutionProvider" in line
 
 
 @pytest.mark.slow

@@ -13,8 +13,6 @@ import hashlib
 import logging
 import re
 import shutil
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -29,8 +27,8 @@ from gateway.kokoro import floatgraph
 from gateway.kokoro.floatgraph.static_build import default_calibration
 
 from .conftest import embedded_gateway
+from .support.cli import refused_at_start
 
-ROOT = Path(__file__).resolve().parent.parent
 RATE = 24000
 # one sentence, no comma (one segment), over 2 s of audio: streamed in chunks, not in one call
 SENTENCE = "The train to the airport leaves from the second platform at eight fifteen tonight so please be early."
@@ -124,16 +122,8 @@ def test_int8_static_keeps_the_shipped_durations_and_its_cache_is_checked(tmp_pa
 
 
 def test_an_unknown_precision_is_refused_at_start_in_one_line(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "run_gateway.py"), "--port", "0", "--set", "embedded_precision=int4"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert proc.returncode != 0 and len(lines) == 1, proc.stderr
-    assert "embedded_precision must be one of int8, fp32, fp16, int8-static, not 'int4'" in lines[0]
+    line = refused_at_start(tmp_path, "embedded_precision=int4")
+    assert "embedded_precision must be one of int8, fp32, fp16, int8-static, not 'int4'" in line
     from gateway.config import Settings
     from gateway.engines.embedded import EmbeddedEngine
 
