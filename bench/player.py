@@ -2,7 +2,9 @@
 
 The player holds back audio until it holds the preroll in force (the latest ``preroll_ms`` of
 ``ready`` or a ``sentence`` event; missing counts as 0), or until ``done`` if it never gets
-there; then it plays in real time. When it runs dry it waits until it holds the preroll in
+there, or, holding some audio, until ``start_in_ms`` after the latest event that carried it
+(a time the gateway forecast that start to be safe at: between two whole segments' arrivals);
+then it plays in real time. When it runs dry it waits until it holds the preroll in
 force again. What it reports: first audio, playback start, stalls after the start (count and
 time; the wait before the start is not a stall), audio length and end of playback.
 """
@@ -28,6 +30,7 @@ class Arrival:
     audio_s: float = 0.0
     preroll_s: float | None = None
     done: bool = False
+    start_in_s: float | None = None  # with ``preroll_s``: a start this long after it, holding audio
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,13 +66,26 @@ def simulate(arrivals: Sequence[Arrival], tolerance_s: float = 0.0, grace_s: flo
 
     A rebuffer of ``tolerance_s`` or less delays the rest but is not counted as a stall. When
     an arrival meets the hold, a preroll that arrives within ``grace_s`` after it counts too
-    (the start is not moved by the grace: at most 30 ms).
+    (the start is not moved by the grace: at most 30 ms). A ``start_in_s`` of the latest
+    ``ready`` / ``sentence`` starts a player that holds audio at that time even below its hold.
     """
     held = preroll = total = last = 0.0
     playing = done = False
-    first = start = dry_at = None
+    first = start = dry_at = timer = None
     gaps: list[tuple[float, float]] = []
+
+    def play(at: float) -> None:
+        nonlocal playing, start, timer
+        playing, timer = True, None
+        if start is None:
+            start = at
+        elif dry_at is not None and at - dry_at > tolerance_s:
+            gaps.append((dry_at, at))
+
     for i, a in enumerate(arrivals):
+        if not playing and timer is not None and held > 0 and timer <= a.t_s:
+            last = max(timer, last)
+            play(last)
         if playing:
             if a.t_s - last > held + EPS:
                 playing, dry_at, held = False, last + held, 0.0
@@ -82,17 +98,13 @@ def simulate(arrivals: Sequence[Arrival], tolerance_s: float = 0.0, grace_s: flo
             first = a.t_s
         if a.preroll_s is not None:
             preroll = a.preroll_s
+            timer = None if a.start_in_s is None else a.t_s + a.start_in_s
         done = done or a.done
-        if (
-            not playing
-            and held > 0
-            and (done or (held >= preroll - EPS and _still_met(arrivals, i, held, preroll, grace_s)))
-        ):
-            playing = True
-            if start is None:
-                start = a.t_s
-            elif dry_at is not None and a.t_s - dry_at > tolerance_s:
-                gaps.append((dry_at, a.t_s))
+        if not playing and held > 0:
+            if done or (held >= preroll - EPS and _still_met(arrivals, i, held, preroll, grace_s)):
+                play(a.t_s)
+            elif timer is not None and timer <= a.t_s + EPS:
+                play(a.t_s)
     end = last + held if playing else dry_at
     return Playback(first, start, end, total, len(gaps), sum(b - a for a, b in gaps), tuple(gaps))
 
@@ -110,12 +122,22 @@ def arrivals_of(result: Any) -> list[Arrival]:
                 if fields.get("format", "pcm") != "pcm":
                     raise RuntimeError(f"the player needs format=pcm, the server sent {fields.get('format')}")
                 rate = int(fields.get("sample_rate") or rate)
-            arrivals.append(Arrival(t - result.t0, preroll_s=float(fields.get("preroll_ms") or 0) / 1000))
+            arrivals.append(
+                Arrival(
+                    t - result.t0, preroll_s=float(fields.get("preroll_ms") or 0) / 1000, start_in_s=start_in(fields)
+                )
+            )
         elif kind == "done":
             arrivals.append(Arrival(t - result.t0, done=True))
         elif kind == "error":
             raise RuntimeError(f"the session failed: {fields}")
     return arrivals
+
+
+def start_in(fields: dict[str, Any]) -> float | None:
+    """An event's ``start_in_ms`` in seconds (None: it has none)."""
+    value = fields.get("start_in_ms")
+    return None if value is None else float(value) / 1000
 
 
 def session_run(result: Any) -> dict[str, Any]:

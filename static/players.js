@@ -52,6 +52,21 @@ const GRACE_MS = 30;
  */
 const heldBack = (ms) => (Number.isFinite(ms) && ms > 0 ? ms / 1000 : 0);
 
+/**
+ * A `sentence`'s `start_in_ms` (absent: none; each `sentence` replaces the last): a player that has
+ * not begun and holds some audio starts that long after the event even below `preroll_ms`. The hold
+ * is met only when a payload comes, and with segments made whole the next one can come a segment's
+ * synthesis after the moment the gateway forecast every later payload to be in time from.
+ */
+function clockStart(player, ms) {
+  clearTimeout(player.startTimer);
+  player.startAt = Number.isFinite(ms) && ms >= 0 ? performance.now() + ms : undefined;
+  if (player.startAt !== undefined) player.startTimer = setTimeout(() => player.kick(), ms);
+}
+
+/** The clock start is due: the player has not begun and its `start_in_ms` has passed. */
+const clockDue = (player, begun) => !begun && player.startAt !== undefined && performance.now() >= player.startAt - 1;
+
 /** True once `GRACE_MS` have passed since the hold was first met; schedules `again` meanwhile. */
 function graced(player, again) {
   const now = performance.now();
@@ -121,6 +136,10 @@ export class MsePlayer {
 
   setPreroll(ms) { this.prerollS = ms / 1000; this.resume(); }
 
+  setStartIn(ms) { clockStart(this, ms); }
+
+  kick() { this.resume(); }
+
   setHeldBack(ms) { this.heldBackS = heldBack(ms); }
 
   push(bytes) { this.heldBackS = 0; this.queue.push(bytes); this.pump(); }
@@ -164,12 +183,13 @@ export class MsePlayer {
     const ahead = this.ahead();
     const need = this.began ? Math.max(this.prerollS, RESUME_S) : this.prerollS;
     const all = this.finished && !this.queue.length && !this.sb.updating; // nothing more to come
-    if (!all && (ahead + this.heldBackS < need || ahead === 0)) { this.metAt = undefined; return; }
-    if (!all && !graced(this, () => this.resume())) return;
+    const clock = ahead > 0 && clockDue(this, this.began);
+    if (!all && !clock && (ahead + this.heldBackS < need || ahead === 0)) { this.metAt = undefined; return; }
+    if (!all && !clock && !graced(this, () => this.resume())) return;
     this.metAt = undefined;
     this.holding = false;
     if (!this.began) this.started(ahead);
-    this.stats.timeline.push([this.stats.now(), 'play', { aheadMs: Math.round(ahead * 1000), needMs: Math.round(need * 1000), heldBackMs: Math.round(this.heldBackS * 1000) }]);
+    this.stats.timeline.push([this.stats.now(), 'play', { aheadMs: Math.round(ahead * 1000), needMs: Math.round(need * 1000), heldBackMs: Math.round(this.heldBackS * 1000), clock }]);
     this.resuming = true; // until `playing`: the element may still wait for more on its own
     this.audio.play().then(
       () => { this.stats.playResolved = true; },
@@ -212,6 +232,7 @@ export class MsePlayer {
 
   stop() {
     this.stopped = true;
+    clearTimeout(this.startTimer);
     this.audio.pause();
     this.node.disconnect();
     if (this.ms.readyState === 'open' && this.sb && !this.sb.updating) this.ms.endOfStream();
@@ -245,6 +266,10 @@ export class PcmPlayer {
 
   setPreroll(ms) { this.prerollS = ms / 1000; this.drain(); }
 
+  setStartIn(ms) { clockStart(this, ms); }
+
+  kick() { this.drain(); }
+
   setHeldBack(ms) { this.heldBackS = heldBack(ms); }
 
   push(bytes) {
@@ -274,8 +299,9 @@ export class PcmPlayer {
     const now = this.ctx.currentTime;
     const idle = !this.chunks.length || this.next < now;
     const need = this.chunks.length ? Math.max(this.prerollS, RESUME_S) : this.prerollS;
-    if (idle && !this.finished && this.heldS + this.heldBackS < need) { this.metAt = undefined; return; }
-    if (idle && !this.finished && !graced(this, () => this.drain())) return;
+    const clock = clockDue(this, this.chunks.length > 0);
+    if (idle && !this.finished && !clock && this.heldS + this.heldBackS < need) { this.metAt = undefined; return; }
+    if (idle && !this.finished && !clock && !graced(this, () => this.drain())) return;
     this.metAt = undefined;
     if (!this.chunks.length) this.begin(now);
     else if (idle) this.rebuffered(now);
@@ -339,6 +365,7 @@ export class PcmPlayer {
 
   stop() {
     this.stopped = true;
+    clearTimeout(this.startTimer);
     this.held = [];
     for (const src of this.sources) src.stop();
     this.sources.clear();

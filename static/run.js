@@ -67,6 +67,8 @@ export class Run {
       this.preroll(body.preroll_ms);
     } else if (type === 'sentence') {
       if (this.player) this.player.setHeldBack(body.held_back_ms); // before the preroll it is met with
+      if (this.player) this.player.setStartIn(body.start_in_ms);
+      if (body.start_in_ms !== undefined) st.timeline.push([st.now(), 'start_in', { ms: body.start_in_ms }]);
       this.preroll(body.preroll_ms);
       st.sentences.push({ index: body.index, text: body.text, arriveMs: st.now(), mediaS: this.mediaSoFar(), playMs: null });
     } else if (type === 'words') {

@@ -31,12 +31,12 @@ FIRST = "One two three."
 TEXT = f"{FIRST} The gated sentence comes much later."
 
 # the page's Run fed what a channel delivers: [kind, body] events, audio as base64
-FEED_JS = """async ([events, prerollMs]) => {
+FEED_JS = """async ([events, prerollMs, format]) => {
   if (!window.replay) {
     const { Run } = await import('/static/run.js');
     const { Graph } = await import('/static/players.js');
     const ctx = new AudioContext();
-    window.replay = new Run('ws', { format: 'mp3', chunking: 'frames' }, ctx, new Graph(ctx), () => {});
+    window.replay = new Run('ws', { format: format || 'mp3', chunking: 'frames' }, ctx, new Graph(ctx), () => {});
   }
   const run = window.replay;
   for (const [kind, body] of events) {
@@ -50,12 +50,12 @@ FEED_JS = """async ([events, prerollMs]) => {
 }"""
 
 
-async def first_segment(url: str) -> tuple[list[list[Any]], dict[str, Any]]:
+async def first_segment(url: str, fmt: str = "mp3") -> tuple[list[list[Any]], dict[str, Any]]:
     """The reply over the WebSocket up to the gated segment's `sentence` (its audio never comes)."""
     seen: list[list[Any]] = []
     ws_url = url.replace("http://", "ws://") + "/v1/stream/ws"
     async with aiohttp.ClientSession() as http, http.ws_connect(ws_url) as ws:
-        await ws.send_json({"type": "start", "format": "mp3", "text": TEXT, "cache": False})
+        await ws.send_json({"type": "start", "format": fmt, "text": TEXT, "cache": False})
         await ws.send_json({"type": "end"})
         while True:
             msg = await ws.receive(timeout=20)
@@ -96,6 +96,40 @@ async def test_the_mse_player_starts_once_it_holds_the_audio_made(tmp_path: Path
                 await page.wait_for_function("() => window.replay.stats.firstPlayMs !== null", timeout=10_000)
                 st = await page.evaluate("() => JSON.parse(JSON.stringify(window.replay.stats))")
                 assert st["startPrerollMs"] == hold_ms and st["errors"] == [] and page.page_errors == []
+                await page.evaluate("() => window.replay.stop()")
+            finally:
+                await page.close()
+                await browser.close()
+
+
+@pytest.mark.parametrize("fmt", ["mp3", "pcm"])
+async def test_a_player_starts_on_the_clock_below_its_hold(tmp_path: Path, fmt: str) -> None:
+    """Both of the page's players, holding the first segment against a hold it never reaches:
+    a `sentence` with `start_in_ms` starts them (the gateway's forecast of when every later
+    payload is in time), with less held than the hold in force."""
+    gate = tmp_path / "open"
+    settings = fake_settings(fake_rtf=0.0, fake_gate_word="gated", fake_gate_path=str(gate))
+    from playwright.async_api import async_playwright
+
+    hold_ms = 60_000
+    async with serve(settings) as url:
+        before, sentence = await first_segment(url, fmt)
+        gate.touch()
+        audio = sum(1 for kind, _ in before if kind == "audio")
+        async with async_playwright() as pw:
+            browser = await launch_chromium(pw)
+            page = await open_demo(browser, url)
+            try:
+                await page.evaluate(FEED_JS, [before, hold_ms, fmt])
+                if fmt == "mp3":
+                    await page.wait_for_function(f"() => window.replay.stats.mse.appendsOk === {audio}", timeout=10_000)
+                st = await page.evaluate("() => JSON.parse(JSON.stringify(window.replay.stats))")
+                assert st["firstPlayMs"] is None and st["playCalledMs"] is None, st["timeline"]
+                await page.evaluate(FEED_JS, [[["sentence", {**sentence, "start_in_ms": 200}]], hold_ms, fmt])
+                await page.wait_for_function("() => window.replay.stats.playCalledMs !== null", timeout=10_000)
+                st = await page.evaluate("() => JSON.parse(JSON.stringify(window.replay.stats))")
+                assert st["startPrerollMs"] == hold_ms and 0 < st["startHeldMs"] < hold_ms, st["timeline"]
+                assert st["errors"] == [] and page.page_errors == []
                 await page.evaluate("() => window.replay.stop()")
             finally:
                 await page.close()

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..kokoro.vocoder.pacing import CostModel
-from .margins import Margins
+from .margins import START, Margins
 
 DEFAULT = "default"  # the key of engines without vocoder modes (and of an unnamed mode)
 PRIOR_RTF = 1.0  # before any measurement: assume real time, the pessimistic side of most hosts
@@ -139,7 +139,8 @@ class EngineRate:
         over, m = self.overrun(), self.margins
         if bucket is not None:
             return m.factor(bucket, over)
-        return max((f for b in m.buckets() if (f := m.factor(b, over)) is not None), default=None)
+        holds = (b for b in m.buckets() if not b.endswith(START))  # what the holds needed
+        return max((f for b in holds if (f := m.factor(b, over)) is not None), default=None)
 
     def first_fraction(self, mode: str | None) -> float:
         """The share of a call's time that passes before its first audio (1: whole segments)."""

@@ -27,17 +27,14 @@ from ..kokoro.vocoder.modes import VocoderMode
 from .budget import Stream, share_key
 from .edf import TIE_S, Job, job, pieces, placed, play, reached
 from .engine_rate import DEFAULT, EngineRate
-from .margins import needed_stretch, scaled
+from .margins import Plan, scaled, started
 from .options import StreamOptions
-from .schedule import forecast, preroll_from, preroll_s, start_s
+from .schedule import arrivals, earliest_start, forecast, preroll_from, preroll_s, start_on, start_s
 
 if TYPE_CHECKING:
     from .budget import Budget
 
 SHARED = "shared"  # the margins' bucket of replies forecast beside other listeners' work
-# a reply's first forecast: its preroll at each stretch, when it was made, the margins' bucket,
-# and (made on the prior rate) its texts and modes to forecast again at the measured rate
-Plan = tuple[Callable[[float], float], float, str, tuple[list[str], list[str | None]] | None]
 
 
 def preroll_ms(
@@ -75,18 +72,22 @@ class Listener:
         self.promised_start: float | None = None  # clock: the start forecast at admission
         self.preroll_told_s = 0.0  # the preroll in force for the player
         self.t_play: float | None = None  # clock: when the player held that preroll (its start)
+        # clock: when a player not started yet that holds some audio starts even below its
+        # preroll (the latest ``sentence``'s ``start_in_ms``; None: it waits for the preroll)
+        self.start_at: float | None = None
         # the first forecast of a reply whose whole text it saw (as the preroll it gives at each
         # stretch), and the arrivals since: what the margins learn from
         self.plan: Plan | None = None
         self.arrivals: list[tuple[float, float]] = []
         self.more: Callable[[], bool] = lambda: False  # another segment is cut and waits (the pipeline's)
         self.stream_to_start = False  # later segments streamed until the player starts (``preroll_ms``)
+        self.offer: float | None = None  # the start ``preroll_ms`` last offered (``_start_offer``)
 
     def made(self, samples: int) -> None:
         self.samples += samples
         self.segment_samples += samples
         if self.plan is not None:
-            self.arrivals.append((self.clock() - self.plan[1], samples / self.sample_rate))
+            self.arrivals.append((self.clock() - self.plan.at, samples / self.sample_rate))
         self._check_start()
 
     def tell(self, preroll_s: float) -> None:
@@ -97,20 +98,25 @@ class Listener:
             self._check_start()
 
     def _check_start(self) -> None:
-        if self.t_play is None and self.samples and self.samples / self.sample_rate >= self.preroll_told_s - 1e-9:
+        if self.t_play is not None or not self.samples:
+            return
+        if self.samples / self.sample_rate >= self.preroll_told_s - 1e-9:
             self.t_play = self.clock()
+        elif self.start_at is not None and self.clock() >= self.start_at:
+            self.t_play = self.start_at
 
     def first_audio(self) -> None:
         self.t_first_audio = self.clock()
 
     def deadline(self) -> float:
         """When the listener runs dry unless more audio comes (the engine queue's order)."""
+        self._check_start()
         made = self.samples / self.sample_rate
         if not self.live:  # nobody plays it yet: behind every listener, never starved
             return self.t_created + self.settings.lookahead_s + made
         if held := self.options.buffered_s:
             return self.t_created + held + made
-        base = self.t_play if self.t_play is not None else self.promised_start
+        base = next((t for t in (self.t_play, self.start_at, self.promised_start) if t is not None), None)
         return (base if base is not None else self.t_created) + made
 
     def next_deadline(self, call_audio_s: float) -> float | None:
@@ -141,7 +147,7 @@ class Listener:
             elif a > 0:
                 jobs.append(job(k * rate.predict(mode, a) * left / a, due, left, fraction))
             due += left
-        if anchored and self.live and self.t_play is None and not self.options.buffered_s:
+        if anchored and self.live and self.t_play is None and self.start_at is None and not self.options.buffered_s:
             first = job(k * rate.predict(mode, audio[0]), 0.0, audio[0], fraction) if audio else None
             return self._anchored(tuple(jobs), release, now, first if current and running is not None else None)
         return Stream(tuple(jobs), release)
@@ -173,6 +179,7 @@ class Listener:
         listener held before this reply), that plays first."""
         if not self.live:
             return 0.0
+        self._check_start()
         made = self.samples / self.sample_rate
         if held := self.options.buffered_s:
             return max(0.0, held + made - (self.clock() - self.t_created))
@@ -246,20 +253,42 @@ class Listener:
             else preroll_ms(self.engine_rate, self.settings, self.options.speed, texts, self.buffered_s(), modes)
         )
         self.tell(ms / 1000)
+        self.offer = self._start_offer(texts, modes, ms / 1000, shared is not None)
         return ms
+
+    def _start_offer(
+        self, texts: Sequence[str], modes: Sequence[str | None], hold: float, shared: bool
+    ) -> float | None:
+        """When (clock) a player not started yet, holding the audio made so far, can start and
+        still have every forecast piece in time, where waiting for its ``hold`` would start it
+        only on a later arrival (with whole segments up to a segment's compute later: ``bench
+        listeners`` started at 1.09 s where 0.52 s played through). None if nothing is held yet
+        (a late first arrival would leave the start too early). Its stretch is the margin clock
+        starts needed, at least ``preroll_safety``: no arrival rounds it up, and the next text's
+        length is estimated (on the replay, the learned margin alone stalled 10 of 216 replies)."""
+        if not self.live or self.t_play is not None or self.options.buffered_s or not self.samples or hold <= 0:
+            return None
+        rate, held, floor = self.engine_rate, self.samples / self.sample_rate, self.settings.preroll_safety
+        if shared:  # where the scheduler serves it beside the others, stretched as their hold
+            got = self._shared_stretched(texts, started(SHARED))
+        else:
+            k = max(floor, rate.safety(floor, started((modes[0] if modes else None) or DEFAULT)))
+            got = arrivals(forecast(texts, modes, rate, self.options.speed), k)
+        early = earliest_start(got, held) if got else None
+        return None if early is None or early >= start_on(got or [], hold, held) - TIE_S else self.clock() + early
 
     def learn(self) -> None:
         """The reply is made: what its arrivals needed tunes the margins (``margins.py``). A
         plan made before the engine had made anything (the first reply after start-up, on the
         prior rate) says how wrong the prior was, not how noisy the engine is: its reply's
         texts are forecast again at the rate measured since (its own calls)."""
-        if self.plan is not None and self.arrivals:
-            preroll_at, _, bucket, again = self.plan
-            if again is not None:
-                segments = forecast(*again, self.engine_rate, self.options.speed)
-                preroll_at = lambda s: preroll_s(segments, 0.0, s)  # noqa: E731
-            rate = self.engine_rate
-            rate.learn(bucket, needed_stretch(preroll_at, self.arrivals), self.settings.preroll_safety)
+        if (plan := self.plan) is not None and self.arrivals:
+            rate, floor = self.engine_rate, self.settings.preroll_safety
+            if plan.again is not None:
+                plan = plan.redone(forecast(*plan.again, rate, self.options.speed))
+            hold, clock = plan.needed(self.arrivals)
+            rate.learn(plan.bucket, hold, floor)
+            rate.learn(started(plan.bucket), clock, floor)
         self.plan = None
 
     def _plan(self, texts: Sequence[str], modes: Sequence[str | None], mode: str | None) -> Plan:
@@ -268,10 +297,15 @@ class Listener:
         measured = self.engine_rate.measured(mode)
         if (shared := self._shared_pieces(texts)) is not None:
             got, k = shared
-            return (lambda s: preroll_from(scaled(got, s / k))), self.clock(), SHARED, None
+            return Plan(
+                lambda s: preroll_from(scaled(got, s / k)),
+                self.clock(),
+                SHARED,
+                lambda s: earliest_start(scaled(got, s / k)),
+            )
         segments = forecast(texts, modes, self.engine_rate, self.options.speed)
         again = None if measured else (list(texts), list(modes))
-        return (lambda s: preroll_s(segments, 0.0, s)), self.clock(), mode or DEFAULT, again
+        return Plan.of(segments, self.clock(), mode or DEFAULT, again)
 
     def shared_preroll_s(self, texts: Sequence[str]) -> float | None:
         """The preroll with the other listeners' work on the engine (None: it has no others):
@@ -280,13 +314,18 @@ class Listener:
         floor here: the others' work is forecast from their texts' lengths, which the margins
         learned from this engine's own replies do not cover; below it, a listener admitted from
         the queue beside a reply streaming in stalled 0.24 s on the replay.)"""
+        got = self._shared_stretched(texts, SHARED)
+        return None if got is None else preroll_from(got, self.buffered_s())
+
+    def _shared_stretched(self, texts: Sequence[str], bucket: str) -> list[tuple[float, float, float]] | None:
+        """``_shared_pieces`` stretched by the margin ``bucket`` learned (before it learned
+        anything, what any reply's hold needed) where that is more than the budget's."""
         shared = self._shared_pieces(texts)
         if shared is None:
             return None
         got, k = shared
-        # what replies shared this way needed; before any was seen, what any reply needed
-        learned = self.engine_rate.margin(SHARED) or self.engine_rate.margin(None)
-        return preroll_from(scaled(got, learned / k) if learned and learned > k else got, self.buffered_s())
+        learned = self.engine_rate.margin(bucket) or self.engine_rate.margin(None)
+        return scaled(got, learned / k) if learned and learned > k else got
 
     def _shared_pieces(self, texts: Sequence[str]) -> tuple[list[tuple[float, float, float]], float] | None:
         """(arrival, audio, position) of this reply's segments where the scheduler will serve

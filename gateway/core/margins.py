@@ -21,11 +21,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
-from .schedule import oracle_start
+from .schedule import Forecast, arrivals, earliest_start, oracle_start, preroll_s
 
 LOW, HIGH = 1.0, 2.0  # a stretch is never below the forecast itself, nor above twice it
 MIN_REPLIES = 1  # replies seen before a bucket's learned margin replaces the fixed rule
+
+
+START = ":start"  # a bucket's twin for the clock start (``start_in_ms``): ``started(bucket)``
+
+
+def started(bucket: str) -> str:
+    """The margins' bucket of the clock start of replies of ``bucket``: a player that starts on
+    a clock has no arrival to round its start up to, so it needs its own (larger) stretch."""
+    return bucket + START
 
 
 def needed_stretch(preroll_at: Callable[[float], float], arrivals: Iterable[tuple[float, float]]) -> float:
@@ -33,15 +43,57 @@ def needed_stretch(preroll_at: Callable[[float], float], arrivals: Iterable[tupl
     when the reply started) is at least what the actual ``arrivals`` (time from that
     forecast, audio) needed: the hold that makes a player start at their oracle start."""
     need = needed_hold(list(arrivals))
-    if preroll_at(LOW) >= need:
+    return smallest(lambda k: preroll_at(k) >= need)
+
+
+def needed_start(start_at: Callable[[float], float], got: Iterable[tuple[float, float]]) -> float:
+    """The smallest stretch whose forecast earliest start (``start_at(stretch)``) is no earlier
+    than the actual arrivals' oracle start: what a player starting on a clock needed."""
+    oracle = oracle_start(list(got))
+    return smallest(lambda k: start_at(k) >= oracle - 1e-9)
+
+
+def smallest(enough: Callable[[float], bool]) -> float:
+    """The smallest stretch from ``LOW`` that is ``enough`` (to 0.01; at most 1.5 x ``HIGH``)."""
+    if enough(LOW):
         return LOW
     lo, hi = LOW, HIGH * 1.5
-    if preroll_at(hi) < need:
+    if not enough(hi):
         return hi
     while hi - lo > 0.01:
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if preroll_at(mid) < need else (lo, mid)
+        lo, hi = (lo, mid) if enough(mid) else (mid, hi)
     return hi
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A reply's first forecast, learned from once its arrivals are in: the preroll it gives at
+    each stretch, when it was made (the arrivals' clock), the margins' bucket, the earliest
+    start it gives at each stretch (what a clock start, ``start_in_ms``, is made of) and, made
+    on the prior rate, its texts and modes to forecast again at the rate measured since."""
+
+    preroll_at: Callable[[float], float]
+    at: float
+    bucket: str
+    start_at: Callable[[float], float]
+    again: tuple[list[str], list[str | None]] | None = None
+
+    @staticmethod
+    def of(
+        segments: Sequence[Forecast], at: float, bucket: str, again: tuple[list[str], list[str | None]] | None = None
+    ) -> Plan:
+        return Plan(
+            lambda s: preroll_s(segments, 0.0, s), at, bucket, lambda s: earliest_start(arrivals(segments, s)), again
+        )
+
+    def redone(self, segments: Sequence[Forecast]) -> Plan:
+        """The same plan on ``segments`` forecast again."""
+        return Plan.of(segments, self.at, self.bucket)
+
+    def needed(self, got: Sequence[tuple[float, float]]) -> tuple[float, float]:
+        """What the arrivals ``got`` needed: the hold's stretch, and the clock start's."""
+        return needed_stretch(self.preroll_at, got), needed_start(self.start_at, got)
 
 
 def needed_hold(got: Sequence[tuple[float, float]]) -> float:

@@ -23,10 +23,9 @@ Each stage is one task; each link is a queue, and the backpressure is the queues
 * ``out``: events for the channel (``OUT_EVENTS`` at most), which marks each one done once it
   has sent it. A reply's first 100 ms are encoded alone and sent (``out.join()``) before the
   rest of its first chunk is encoded; after that the bound is the backpressure: a client that
-  stops reading stops the encoder, which stops taking segments, which stops synthesis. (A join
-  after every chunk cost 10-15% more CPU per stream at 750 sessions: ``bench.capacity``.)
-
-The first segment makes no extra wait: each hop hands on a single item as soon as it exists.
+  stops reading stops the encoder, which stops taking segments, which stops synthesis (a join
+  after every chunk cost 10-15% more CPU per stream at 750 sessions: ``bench.capacity``). The
+  first segment makes no extra wait: each hop hands on a single item as soon as it exists.
 """
 
 from __future__ import annotations
@@ -67,6 +66,7 @@ class Event:
     audio: bytes = b""
     cause: BaseException | None = None  # an ``error``'s exception, for an edge that raises it
     end_ms: float = 0.0  # an ``audio`` payload's end on the reply's timeline (not on the wire)
+    start_at: float | None = None  # a ``sentence``'s start offer (listener clock; ``start_in_ms``)
 
 
 # a segment: its sentence Event, then WordTimes and bytes (PCM), then None or an exception
@@ -212,9 +212,8 @@ class Pipeline(BudgetMember):
         o, listener = self.options, self.listener
         mode = listener.mode_for(text)
         preroll = listener.preroll_ms(self._forecast_texts(text), mode, complete=index == 0 and self.ended)
-        segment.put_nowait(
-            Event("sentence", {"index": index, "text": text, "t_ms": self.elapsed_ms(), "preroll_ms": preroll})
-        )
+        fields = {"index": index, "text": text, "t_ms": self.elapsed_ms(), "preroll_ms": preroll}
+        segment.put_nowait(Event("sentence", fields, start_at=listener.offer))
         synth = self.hub.synthesize(
             text,
             voice=o.voice,
@@ -264,6 +263,7 @@ class Pipeline(BudgetMember):
                     self.transcript.segment(index, item.fields["text"])
                     if (held := self._held_back_ms()) is not None:
                         item.fields["held_back_ms"] = held
+                    self._offer_start(item, held or 0.0)
                     await self.out.put(item)
                     continue
                 if isinstance(item, WordTimes):  # on the segment's timeline, however many come
@@ -284,6 +284,13 @@ class Pipeline(BudgetMember):
         await self._emit(self.packer.push(self.encoder.flush()) + self.packer.flush(), max(0, index - 1))
         self.stats["sentences"] = index
         await self.out.put(Event("done", self._done_fields()))
+
+    def _offer_start(self, item: Event, held_back_ms: float) -> None:
+        """``start_in_ms``: the offer, later by what the encoder holds back (the model follows)."""
+        at = None if item.start_at is None else item.start_at + held_back_ms / 1000
+        if at is not None:
+            item.fields["start_in_ms"] = max(0, round(1000 * (at - self.listener.clock())))
+        self.listener.start_at = at
 
     def _ms(self, samples: int) -> float:
         """A point of the reply's audio as a player plays it, in ms (the encoder's lead-in first)."""

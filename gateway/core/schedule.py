@@ -111,11 +111,24 @@ def preroll_from(pieces: Sequence[tuple[float, float, float]], held_s: float = 0
     return held
 
 
+def earliest_start(pieces: Sequence[tuple[float, float, float]], held_s: float = 0.0) -> float:
+    """The earliest start (from now) that every piece (arrival, audio, position) arrives in time
+    for, ``held_s`` of audio already held: what a player that starts on a clock rather than on
+    an arrival (``start_in_ms``) can use. 0.0: now."""
+    return max(0.0, max((at - (held_s + position) for at, _, position in pieces), default=0.0))
+
+
 def start_s(segments: Sequence[Forecast], held_s: float = 0.0, safety: float = 1.2) -> float:
     """When, on the same forecast, a player told ``preroll_s`` starts: the arrival that brings
     its hold (now, when it holds enough already)."""
     pieces = arrivals(segments, safety)
-    hold, held = preroll_from(pieces, held_s), held_s
+    return start_on(pieces, preroll_from(pieces, held_s), held_s)
+
+
+def start_on(pieces: Sequence[tuple[float, float, float]], hold: float, held_s: float = 0.0) -> float:
+    """When a player holding ``held_s`` and told to hold ``hold`` starts on ``pieces``: the
+    arrival that brings its hold (now, when it holds enough already)."""
+    held = held_s
     if not pieces or (held > 0 and held >= hold - 1e-9):
         return 0.0
     for at, audio, _ in pieces:

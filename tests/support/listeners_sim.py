@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.player import Arrival, simulate
+from bench.player import Arrival, simulate, start_in
 from gateway.config import Settings, load_settings
 from gateway.core.options import parse_options
 from gateway.core.schedule import oracle_start
@@ -40,6 +40,8 @@ class Heard:
     audio_s: float = 0.0
     prerolls_ms: tuple[int, ...] = ()
     on_arrival_s: float = 0.0  # the first arrival at or after the oracle start
+    start_ins_ms: tuple[int, ...] = ()  # the ``start_in_ms`` the player was offered
+    arrivals_s: tuple[float, ...] = ()  # when each audio payload came
 
     @property
     def within_bar(self) -> bool:
@@ -117,7 +119,9 @@ class Engine:
                 if event.type == "audio":
                     arrivals.append(Arrival(t, audio_s=len(event.audio) / 2 / self.engine.sample_rate))
                 elif event.type == "sentence":
-                    arrivals.append(Arrival(t, preroll_s=event.fields["preroll_ms"] / 1000))
+                    arrivals.append(
+                        Arrival(t, preroll_s=event.fields["preroll_ms"] / 1000, start_in_s=start_in(event.fields))
+                    )
                 elif event.type == "done":
                     arrivals.append(Arrival(t, done=True))
                 elif event.type == "error":
@@ -155,6 +159,8 @@ def heard(ready: dict[str, Any], arrivals: Sequence[Arrival]) -> Heard:
         played.audio_s,
         tuple(round(a.preroll_s * 1000) for a in arrivals if a.preroll_s is not None),
         min((t for t, _ in audio if t >= oracle - 1e-9), default=oracle),
+        tuple(round(a.start_in_s * 1000) for a in arrivals if a.start_in_s is not None),
+        tuple(t for t, _ in audio),
     )
 
 

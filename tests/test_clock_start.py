@@ -1,0 +1,80 @@
+"""A player that starts on a clock (``start_in_ms``) as well as on its hold (``preroll_ms``).
+
+A player told to hold ``preroll_ms`` starts only when a payload brings its hold. Where the
+engine makes segments whole, the earliest start that plays through (the forecast's, and the
+oracle's afterwards) often falls between two arrivals a segment's synthesis apart, so the hold
+started it up to that much late (``bench listeners``: 1.09 s where 0.52 s played through). A
+``sentence`` that follows audio now also carries ``start_in_ms``: holding some audio, the
+player starts that long after it. The replays run on virtual time (the fake engine at a known
+pace, ``tests/support/virtual_time.py``); the assertions are on simulated players.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.listeners import paragraph
+from bench.player import Arrival, simulate
+from gateway.core.margins import needed_start
+from gateway.core.schedule import Forecast, arrivals, earliest_start
+
+from .support.listeners_sim import Engine, Heard, sim_settings
+from .support.virtual_time import run_virtual
+
+WHOLE = 100_000  # the fake engine's chunk: longer than any segment, so each arrives whole
+
+
+def test_the_simulated_player_starts_on_the_clock_and_a_later_sentence_replaces_it() -> None:
+    """0.4 s held against a hold of 0.9: told to start 0.2 s after the `sentence`, it plays from
+    0.7 s and the next payload (1.0 s) is in time; without the offer it waits for it; an offer
+    too early shows as a stall; a `sentence` without one cancels the last."""
+    head = [Arrival(0.0, preroll_s=0.9), Arrival(0.5, audio_s=0.4)]
+
+    def play(start_in: float | None, next_at: float = 1.0, *more: Arrival) -> tuple[float | None, int]:
+        tail = [*more, Arrival(next_at, audio_s=1.0), Arrival(next_at, done=True)]
+        p = simulate([*head, Arrival(0.5, preroll_s=0.9, start_in_s=start_in), *tail])
+        return p.start_s, p.stalls
+
+    assert play(0.2) == (pytest.approx(0.7), 0)
+    assert play(None) == (pytest.approx(1.0), 0)
+    assert play(0.2, 1.3)[1] == 1  # 0.4 s from 0.7 runs dry at 1.1
+    assert play(0.2, 1.3, Arrival(0.6, preroll_s=0.9)) == (pytest.approx(1.3), 0)
+
+
+def test_the_earliest_start_and_the_stretch_a_clock_start_needed() -> None:
+    """Two whole segments forecast 0.5 s and 1.0 s of compute for 0.5 s and 2.0 s of audio: the
+    second is due at 1.5 s and plays from 0.5 s, so the earliest start is 1.0 s; arrivals that
+    came 20% late needed a stretch of 1.2."""
+    segments = [Forecast(0.5, 0.5), Forecast(2.0, 1.0)]
+    assert earliest_start(arrivals(segments, 1.0)) == pytest.approx(1.0)
+    assert earliest_start(arrivals(segments, 1.0), held_s=1.5) == 0.0
+    late = [(0.6, 0.5), (1.8, 2.0)]
+    assert needed_start(lambda k: earliest_start(arrivals(segments, k)), late) == pytest.approx(1.2, abs=0.01)
+
+
+def listen(rtf: float, texts: list[str]) -> list[Heard]:
+    async def main() -> list[Heard]:
+        engine = Engine(sim_settings(rtf, WHOLE))
+        await engine.warm()
+        return [await engine.listen(t) for t in texts]
+
+    return run_virtual(main)
+
+
+def test_a_player_holding_a_short_first_segment_starts_before_the_next_one_comes() -> None:
+    """Whole segments at RTF 0.8: players are offered clock starts, one starts between its
+    first and second segments' arrivals, every start is within 1.3 x its oracle + 300 ms, and
+    none stalls (before, the first reply started on its second segment: 2.69 s against an
+    oracle of 1.25 s)."""
+    heard = listen(0.8, [paragraph(k) for k in range(4)])
+    assert all(h.stalls == 0 for h in heard), heard
+    assert all(h.within_bar for h in heard), heard
+    offered = [h for h in heard if h.start_ins_ms]
+    assert offered, heard
+    between = [h for h in offered if h.start_s is not None and h.arrivals_s[0] < h.start_s < second(h) - 1e-6]
+    assert between, offered
+
+
+def second(h: Heard) -> float:
+    """When the first payload of the reply's second segment came (a whole segment's payloads come at once)."""
+    return min(t for t in h.arrivals_s if t > h.arrivals_s[0] + 1e-6)
