@@ -45,6 +45,9 @@ async def _press(page: Any) -> dict[str, Any]:
             "start_preroll_ms": runs[n]["startPrerollMs"],
             "start_held_ms": runs[n]["startHeldMs"],
             "play_called_ms": runs[n]["playCalledMs"],
+            # the clock starts offered (``start_in_ms``) and the holds in force, as the page saw them
+            "start_in_ms": [e[2]["ms"] for e in runs[n]["timeline"] if e[1] == "start_in"],
+            "prerolls_ms": [e[2]["ms"] for e in runs[n]["timeline"] if e[1] == "preroll"],
             "browser_cores": round(cores, 2),
             "gaps": len(runs[n]["gaps"]),
             "error": runs[n]["error"],

@@ -73,6 +73,8 @@ def listener_row(r: Any) -> dict[str, Any]:
         "queued_ms": queued,
         "start_forecast_ms": ready.get("start_forecast_ms"),
         "preroll_ms": ready.get("preroll_ms"),
+        "prerolls_ms": [a.preroll_s * 1000 for a in arrivals if a.preroll_s is not None][1:],  # the sentences'
+        "start_in_ms": [round(a.start_in_s * 1000) for a in arrivals if a.start_in_s is not None],
         "first_audio_s": played.first_audio_s,
         "start_s": played.start_s,
         "oracle_s": round(oracle, 3),

@@ -157,6 +157,7 @@ def session_run(result: Any) -> dict[str, Any]:
         "stall_ms": _ms(p.stall_s),
         "audio_s": round(p.audio_s, 3),
         "preroll_ms": [v for v in prerolls if v is not None],
+        "start_in_ms": [round(a.start_in_s * 1000) for a in arrivals if a.start_in_s is not None],
         "gaps_ms": [[_ms(a), _ms(b)] for a, b in p.gaps],
     }
 

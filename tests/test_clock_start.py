@@ -11,6 +11,8 @@ pace, ``tests/support/virtual_time.py``); the assertions are on simulated player
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from bench.listeners import paragraph
@@ -78,3 +80,20 @@ def test_a_player_holding_a_short_first_segment_starts_before_the_next_one_comes
 def second(h: Heard) -> float:
     """When the first payload of the reply's second segment came (a whole segment's payloads come at once)."""
     return min(t for t in h.arrivals_s if t > h.arrivals_s[0] + 1e-6)
+
+
+def test_no_clock_start_while_calls_run_over_their_forecast() -> None:
+    """The same reply twice on whole segments at RTF 0.8, the second time on an engine that
+    turned twice as slow: no arrival confirms a clock start, so none is offered while the
+    latest call ran over its forecast (``bench playback``'s busy core stalled 0.3-1.2 s on
+    clock starts before)."""
+
+    async def main() -> tuple[Heard, Heard]:
+        engine = Engine(sim_settings(0.8, WHOLE))
+        await engine.warm()
+        steady = await engine.listen(paragraph(0))
+        engine.engine.options = replace(engine.engine.options, rtf=1.6)
+        return steady, await engine.listen(paragraph(0))
+
+    steady, slowed = run_virtual(main)
+    assert steady.start_ins_ms and not slowed.start_ins_ms, (steady, slowed)

@@ -7,11 +7,10 @@ went out (``first_audio``). A batch reply has no listener yet (``live=False``): 
 the mode it was given for every segment.
 
 Across sessions it is what the engine's scheduler and budget read: ``deadline`` (when the
-listener's buffer runs dry: the player's estimated start, once it holds the preroll it was
-told, or the start it was promised at admission, plus the audio made) and ``stream`` (the
-engine work its remaining segments need, each with its deadline). With other listeners on
-the engine, ``preroll_ms`` plays out everyone's work as the scheduler will (``budget.edf``):
-the work queued ahead of this listener counts, not only its own text.
+listener runs dry: the player's estimated start, on its hold, its clock (``start_in_ms``) or
+as promised at admission, plus the audio made) and ``stream`` (the work its segments need,
+each with its deadline). Beside other listeners ``preroll_ms`` plays out everyone's work as
+the scheduler will (``budget.edf``): the work queued ahead counts, not only its own text.
 """
 
 from __future__ import annotations
@@ -72,11 +71,9 @@ class Listener:
         self.promised_start: float | None = None  # clock: the start forecast at admission
         self.preroll_told_s = 0.0  # the preroll in force for the player
         self.t_play: float | None = None  # clock: when the player held that preroll (its start)
-        # clock: when a player not started yet that holds some audio starts even below its
-        # preroll (the latest ``sentence``'s ``start_in_ms``; None: it waits for the preroll)
-        self.start_at: float | None = None
-        # the first forecast of a reply whose whole text it saw (as the preroll it gives at each
-        # stretch), and the arrivals since: what the margins learn from
+        self.start_at: float | None = None  # clock: its start below that, holding audio (``start_in_ms``)
+        # the first forecast of a reply whose whole text it saw, and the arrivals since: what the
+        # margins learn from
         self.plan: Plan | None = None
         self.arrivals: list[tuple[float, float]] = []
         self.more: Callable[[], bool] = lambda: False  # another segment is cut and waits (the pipeline's)
@@ -172,11 +169,10 @@ class Listener:
 
     def buffered_s(self) -> float:
         """Audio made for the listener that they have not heard yet: all of it until their
-        player starts (once it holds the preroll it was told: ``t_play``), then what is ahead
-        of real-time playback from that start. (Counting only what was ahead of a start at the
-        first payload told a player still holding its first short segment to start at once,
-        and it ran dry: ``bench listeners`` N=2.) With the option ``buffered_s`` (audio the
-        listener held before this reply), that plays first."""
+        player starts (``t_play``), then what is ahead of real-time playback from that start.
+        (Counting only what was ahead of a start at the first payload, a player holding its
+        first short segment was told to start and ran dry: ``bench listeners`` N=2.) With the
+        option ``buffered_s`` (audio held before this reply), that plays first."""
         if not self.live:
             return 0.0
         self._check_start()
@@ -264,11 +260,15 @@ class Listener:
         only on a later arrival (with whole segments up to a segment's compute later: ``bench
         listeners`` started at 1.09 s where 0.52 s played through). None if nothing is held yet
         (a late first arrival would leave the start too early). Its stretch is the margin clock
-        starts needed, at least ``preroll_safety``: no arrival rounds it up, and the next text's
-        length is estimated (on the replay, the learned margin alone stalled 10 of 216 replies)."""
-        if not self.live or self.t_play is not None or self.options.buffered_s or not self.samples or hold <= 0:
-            return None
+        starts needed, at least ``preroll_safety`` (no arrival rounds it up, and the next text's
+        length is estimated: on the replay, the learned margin alone stalled 10 of 216 replies).
+        None while calls run over their forecast (the latest, or recent ones' RMS) by more than
+        that floor's slack: no arrival confirms a clock start, and ``bench playback``'s busy core
+        (the latest call 29-37% over) stalled 0.3-1.2 s on it, stretched or not."""
         rate, held, floor = self.engine_rate, self.samples / self.sample_rate, self.settings.preroll_safety
+        slowing = max(rate.last_overrun, rate.overrun()) > floor - 1.0  # the machine slows: wait for arrivals
+        if not self.live or self.t_play is not None or self.options.buffered_s or not held or hold <= 0 or slowing:
+            return None
         if shared:  # where the scheduler serves it beside the others, stretched as their hold
             got = self._shared_stretched(texts, started(SHARED))
         else:
