@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from bench.corpus import REPLIES
 from bench.listeners import paragraph
 from gateway.config import Settings
 from gateway.core.budget import Budget, Job, Stream
@@ -263,3 +264,22 @@ def test_text_after_start_on_a_booked_engine_is_decided_on_its_text() -> None:
     assert twin.ready.get("admission") == "on_text"
     assert twin.stalls == 0 and twin.start_s == pytest.approx(first.start_s, abs=0.05)
     assert other.outcome == "refused late" and other.retry_after and other.retry_after >= 1
+
+
+def test_a_playing_listener_is_not_starved_by_a_newcomer_whose_deadline_nearly_ties_with_its_own() -> None:
+    """Streamed at RTF 0.45: a reply, then a listener, and another 0.5 s later. The newcomer
+    was admitted with a start 0.06 s after the first listener's next segment was due, by the
+    budget's reckoning; when the slot freed, the first listener's next segment had not yet
+    asked for it and its deadline, from the audio really made, came 0.06 s after the
+    newcomer's: the newcomer's 1.45 s call went first and the first listener stalled 0.8 s.
+    Admission now checks a near tie (``edf.TIE_S``) taken either way."""
+
+    async def main() -> list[Heard]:
+        engine = Engine(sim_settings(0.45, STREAMED))
+        await engine.warm()
+        first = await engine.listen(REPLIES[1])
+        return [first, *await round_of(engine, [paragraph(1), paragraph(2)], [0.0, 0.5])]
+
+    heard = run_virtual(main)
+    played = [h for h in heard if h.outcome in ("admitted", "queued")]
+    assert len(played) == 3 and all(h.stalls == 0 for h in played), heard

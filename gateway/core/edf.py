@@ -187,13 +187,20 @@ def forecast(
     base = [max(0.0, late(s, f, d)) for s, f, d in zip(others, fin0, shift0)]
 
     def fits(start: float) -> bool:
+        # deadlines within TIE_S of another's may be taken in either order: the newcomer's
+        # planned start is estimated from text lengths, another's deadline from audio made
+        # (taken the other way, a listener playing beside a newcomer admitted 0.06 s ahead of
+        # it waited for the newcomer's 1.45 s call and stalled 0.8 s on the replay)
+        return all(fits_in(start, bias) for bias in (0.0, -TIE_S))
+
+    def fits_in(start: float, bias: float) -> bool:
         mine = newcomer(work, audio, start, first_fraction)
-        fin, shift = play([*others, mine], free_at)
+        fin, shift = play([*others, mine], free_at, bias)
         if late(mine, fin[-1]) > 1e-6:
             return False
         # its player starts once it holds the preroll this plan gives, whenever that comes
         mine = replace(mine, hold_s=preroll_from(pieces(mine, fin[-1])), anchor_s=start)
-        fin, shift = play([*others, mine], free_at)
+        fin, shift = play([*others, mine], free_at, bias)
         if late(mine, fin[-1], shift[-1]) > 1e-3:
             return False
         return all(late(s, f, d) <= b + SLACK_S for s, f, d, b in zip(others, fin, shift, base))
