@@ -57,7 +57,7 @@ class EngineRate:
         # planned on no measurement at all is the one whose player cannot be corrected in time
         self._prior = [1.0, PRIOR_OVERRUN**2]
         self.margins = Margins()
-        self.last_overrun = 0.0  # how far the latest call ran over its forecast (0.3: 30% slower)
+        self._latest = 0.0  # how far the latest call ran over its forecast (0.3: 30% slower)
 
     def observe(
         self, mode: str | None, audio_s: float, wall_s: float, first_s: float, *, chars: int = 0, speed: float = 1.0
@@ -71,7 +71,7 @@ class EngineRate:
             over = max(0.0, wall_s / max(m.costs.predict(audio_s), 1e-6) - 1.0)  # type: ignore[arg-type]
             w, sq = self._overrun
             self._overrun = [w * f + 1.0, sq * f + over * over]
-            self.last_overrun = over
+            self._latest = over
             self._prior = [self._prior[0] * f, self._prior[1]]
         m.costs.observe(audio_s, wall_s)  # type: ignore[arg-type]  # the line takes any number
         m.wall, m.audio = m.wall * f + wall_s, m.audio * f + audio_s
@@ -109,6 +109,12 @@ class EngineRate:
         """RMS of how far recent calls (any mode) ran over their forecast: 0.0 when on time."""
         (w, sq), (pw, psq) = self._overrun, self._prior
         return ((sq + pw * psq) / (w + pw)) ** 0.5 if w + pw > 0 else 0.0
+
+    def recent_overrun(self) -> float:
+        """How far calls run over their forecast now: the latest call's overrun or the recent
+        calls' RMS (``overrun``), whichever is more. A machine turning slower shows in the
+        latest call first; a short call whose fixed cost hides it once does not clear the RMS."""
+        return max(self._latest, self.overrun())
 
     def settle(self) -> None:
         """The start-up warm-up is done: the overruns its calls measured (if any) stand for the

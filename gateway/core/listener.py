@@ -262,11 +262,11 @@ class Listener:
         (a late first arrival would leave the start too early). Its stretch is the margin clock
         starts needed, at least ``preroll_safety`` (no arrival rounds it up, and the next text's
         length is estimated: on the replay, the learned margin alone stalled 10 of 216 replies).
-        None while calls run over their forecast (the latest, or recent ones' RMS) by more than
-        that floor's slack: no arrival confirms a clock start, and ``bench playback``'s busy core
-        (the latest call 29-37% over) stalled 0.3-1.2 s on it, stretched or not."""
+        None while calls run over their forecast by more than that floor's slack (the latest,
+        or the recent calls' RMS): no arrival confirms a clock start, and ``bench playback``'s
+        busy core (the latest call 29-37% over) stalled 0.3-1.2 s on it, stretched or not."""
         rate, held, floor = self.engine_rate, self.samples / self.sample_rate, self.settings.preroll_safety
-        slowing = max(rate.last_overrun, rate.overrun()) > floor - 1.0  # the machine slows: wait for arrivals
+        slowing = rate.recent_overrun() > floor - 1.0  # the machine slows: wait for the arrivals
         if not self.live or self.t_play is not None or self.options.buffered_s or not held or hold <= 0 or slowing:
             return None
         if shared:  # where the scheduler serves it beside the others, stretched as their hold
