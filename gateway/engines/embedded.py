@@ -173,7 +173,7 @@ class EmbeddedEngine(EngineBase):
     @property
     def work(self) -> dict[str, int]:
         """Model calls started (one per piece, or per chunk when streaming inside a segment) and
-        the times idle memory was handed back."""
+        the times memory was handed back: when idle, and after a call that grew it."""
         return {
             "calls": self._calls,
             "memory_releases": self._releases["idle"],
@@ -319,14 +319,14 @@ class EmbeddedEngine(EngineBase):
     def _done(self, slots: asyncio.Semaphore) -> None:
         """A call is done: free its slot. If the arena grew by more than ``RELEASE_GROWTH`` since
         memory was last handed back (a long window's activations), hand it back now, before the
-        next call adds its own; else once the engine has stayed idle a while."""
+        next call adds its own; and once the engine has stayed idle a while."""
         slots.release()
         self._in_flight -= 1
         if self._executor is None:
             return
         if rss_bytes() > self._rest_bytes + RELEASE_GROWTH:
             self._submit_release(idle=False)
-        elif self._in_flight == 0:
+        if self._in_flight == 0:
             loop = asyncio.get_running_loop()
             self._idle_timer = loop.call_later(self.idle_release_s, self._release_idle)
 
