@@ -5,9 +5,15 @@
   freed memory is handed back (``release_freed_memory``), so each delta is what the part keeps.
   The last rows are the activations of one long whole-model call: what the C allocator keeps
   after the call, and what stays once it is trimmed.
+* **Bounded windows, side by side**: a child process with the engine's model and vocoder runs
+  one long piece (``LONGEST``, about 480 tokens, 26 s of audio) through the whole model in one
+  call and through ``StreamingVocoder.render`` (exact vocoder windows of ``Policy.max_window``
+  frames), interleaved: RTF, peak (``VmHWM`` above the RSS before the call), what stays, and
+  the windowed audio's distance to the whole call's.
 * **Total**: a real gateway (``run_gateway.py serve``, embedded engine, default settings) in a
-  subprocess: RSS once ready and the streaming vocoder is built, then after one reply streamed
-  over the WebSocket. The goal is at most ``GOAL_MB``.
+  subprocess: RSS once ready and the streaming vocoder is built, then the peak while one reply
+  streams over the WebSocket and the RSS just after it (and after the idle release), then the
+  same for one long segment. The goal is at most ``GOAL_MB`` throughout.
 """
 
 from __future__ import annotations
@@ -38,13 +44,21 @@ LONG = (
     "The weather will be sunny in the morning with light rain after lunch, and please turn "
     "left at the second light and park behind the blue van near the station."
 )
+# one segment of about 480 tokens (the model takes 510 at most): 26 s of audio in one call
+LONGEST = " ".join([LONG.rstrip(".") + ","] * 3) + " and that is all."
 
 
-def rss_mb(pid: int | str = "self") -> float:
+def rss_mb(pid: int | str = "self", key: str = "VmRSS") -> float:
+    """Resident memory now (``VmRSS``), or its peak since ``reset_peak`` (``VmHWM``)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(key + ":"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def reset_peak(pid: int | str = "self") -> None:
+    """Start ``VmHWM`` over from the resident memory now (Linux: ``clear_refs`` 5)."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
 
 
 def _child() -> None:
@@ -85,6 +99,69 @@ def _child() -> None:
     release_freed_memory()
     row = {"part": "... after the idle release (release_freed_memory)", "mb": round(rss_mb() - before, 1)}
     print(json.dumps(row), flush=True)
+
+
+def _bounded_child() -> None:
+    """In a fresh interpreter, the engine's model and vocoder as the engine builds them: one long
+    piece through the whole model in one call and through ``StreamingVocoder.render`` (windows
+    of ``Policy.max_window`` frames), interleaved: RTF, peak and kept memory of each."""
+    import numpy as np
+
+    from gateway.kokoro.onnx_sessions import release_freed_memory
+
+    from .measure import distance
+
+    model, vocoder, voice = _engine_parts()
+    ids = [model.vocab[c] for c in model.phonemes(LONGEST, voice)][:508]
+    style = model.style(voice)[len(ids) - 1].reshape(1, 256)
+    feeds = {"tokens": np.array([[0, *ids, 0]], np.int64), "style": style, "speed": np.array([1.0], np.float32)}
+    paths = {
+        "whole model, one call": lambda: model.session.run(["audio"], feeds)[0].reshape(-1),
+        f"bounded: windows of {vocoder.policy.max_window} frames": lambda: vocoder.render(ids, style, 1.0)[0],
+    }
+    reference = None
+    for _ in range(2):
+        for name, fn in paths.items():
+            release_freed_memory()
+            base = rss_mb()
+            reset_peak()
+            t0 = time.perf_counter()
+            audio = fn()
+            elapsed = time.perf_counter() - t0
+            row = {"path": name, "audio_s": audio.size / 24000, "rtf": elapsed / (audio.size / 24000)}
+            row |= {"peak_mb": rss_mb(key="VmHWM") - base, "after_mb": rss_mb() - base}
+            if reference is None:
+                reference = audio
+            elif name.startswith("bounded"):
+                d = distance(reference, audio)
+                row |= {"lsd_db": d.lsd_db, "timbre_db": d.timbre_db}
+            print(json.dumps(row), flush=True)
+
+
+def _engine_parts() -> tuple[Any, Any, str]:
+    from gateway.kokoro.floatgraph import graph_bytes
+    from gateway.kokoro.onnx_model import KokoroModel, load_model_bytes, shipped_sha256
+    from gateway.kokoro.parts import load_voice_packs
+    from gateway.kokoro.vocoder import StreamingVocoder, default_cache_dir
+
+    packs = load_voice_packs()
+    model = KokoroModel(2, "misaki", packs)
+    voice = packs.default
+    graph, sha256 = graph_bytes("int8", load_model_bytes, shipped_sha256())
+    vocoder = StreamingVocoder.build(
+        graph,
+        {voice: model.style(voice)},
+        vocab=model.vocab,
+        sha256=sha256,
+        cache_dir=default_cache_dir(),
+        weights=model.weights,
+    )
+    return model, vocoder, voice
+
+
+def bounded() -> list[dict[str, Any]]:
+    """The side-by-side rows of ``_bounded_child``, from a child process."""
+    return _child_rows("_bounded_child")
 
 
 def _imports() -> None:
@@ -155,8 +232,12 @@ def _run_long(whole: Any, g2p: Any, packs: Any) -> None:
 
 def parts() -> list[dict[str, Any]]:
     """The per-part rows, from a child process (its RSS is its own)."""
+    return _child_rows("_child")
+
+
+def _child_rows(child: str) -> list[dict[str, Any]]:
     out = subprocess.run(
-        [sys.executable, "-c", "from bench.memory import _child; _child()"],
+        [sys.executable, "-c", f"from bench.memory import {child}; {child}()"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -178,45 +259,68 @@ async def _vocoder_ready(http: aiohttp.ClientSession, url: str, timeout_s: float
     return state
 
 
-async def total(settings: dict[str, str] | None = None) -> dict[str, Any]:
-    """RSS of a real gateway: at ready, once the vocoder is built, after one streamed reply."""
+async def _reply(http: aiohttp.ClientSession, gw: GatewayProcess, text: str, idle: bool) -> dict[str, float]:
+    """Stream ``text`` over the WebSocket: the gateway's peak RSS while it did (``VmHWM``, from
+    just before), its RSS 0.5 s after, and (``idle``) once the engine's idle release is done."""
     from .client import ws_stream
 
+    reset_peak(gw.pid)
+    result = await ws_stream(http, gw.ws_url, text=text, options={"format": "mp3"}, timeout=900)
+    if result.error:
+        raise RuntimeError(f"the reply failed: {result.error}")
+    await asyncio.sleep(0.5)
+    row = {"peak_mb": round(rss_mb(gw.pid, "VmHWM"), 1), "after_mb": round(rss_mb(gw.pid), 1)}
+    if idle:
+        await asyncio.sleep(IDLE_RELEASE_S + 1.5)
+        row["idle_mb"] = round(rss_mb(gw.pid), 1)
+    return row
+
+
+async def total(settings: dict[str, str] | None = None) -> dict[str, Any]:
+    """RSS of a real gateway: at ready, once the vocoder is built, during and after one streamed
+    reply (three sentences), then during and after one long segment."""
     # a loaded machine can take more than the default 30 s for a segment
-    settings = {"synth_timeout_s": "300", **(settings or {})}
+    settings = {"synth_timeout_s": "600", **(settings or {})}
     async with GatewayProcess("embedded", settings) as gw, aiohttp.ClientSession() as http:
         at_ready = rss_mb(gw.pid)
         state = await _vocoder_ready(http, gw.url)
         built = rss_mb(gw.pid)
-        result = await ws_stream(http, gw.ws_url, text=REPLY, options={"format": "mp3"}, timeout=600)
-        if result.error:
-            raise RuntimeError(f"the reply failed: {result.error}")
-        await asyncio.sleep(0.5)
-        reply = rss_mb(gw.pid)
-        await asyncio.sleep(IDLE_RELEASE_S + 1.5)
+        reply = await _reply(http, gw, REPLY, idle=True)
+        longest = await _reply(http, gw, LONGEST, idle=False)
         return {
             "ready_mb": round(at_ready, 1),
             "vocoder": state,
             "built_mb": round(built, 1),
-            "reply_mb": round(reply, 1),
-            "idle_mb": round(rss_mb(gw.pid), 1),
-            "audio_bytes": len(result.audio),
+            "reply": reply,
+            "long": longest,
         }
 
 
-def report(rows: list[dict[str, Any]], tot: dict[str, Any]) -> str:
+def report(rows: list[dict[str, Any]], tot: dict[str, Any], windows: list[dict[str, Any]]) -> str:
     lines = [f"{'part':<64} {'RSS MB':>8}"]
     lines += [f"{r['part']:<64} {r['mb']:>8.1f}" for r in rows]
-    verdict = "within" if tot["idle_mb"] <= GOAL_MB else "OVER"
+    lines.append("one long piece, side by side (peak: VmHWM above the RSS before the call):")
+    lines += [
+        f"  {w['path']:<40} {w['audio_s']:5.1f} s audio  RTF {w['rtf']:.3f}  peak +{w['peak_mb']:.0f} MB  "
+        f"after +{w['after_mb']:.0f} MB"
+        + (f"  LSD {w['lsd_db']:.2f} dB timbre {w['timbre_db']:.2f} dB" if "lsd_db" in w else "")
+        for w in windows
+    ]
+    reply, longest = tot["reply"], tot["long"]
+    worst = max(reply["peak_mb"], reply["after_mb"], longest["peak_mb"], longest["after_mb"])
+    verdict = "within" if worst <= GOAL_MB else "OVER"
     lines.append(
-        f"gateway (one worker): ready {tot['ready_mb']:.0f} MB, vocoder {tot['vocoder']} "
-        f"{tot['built_mb']:.0f} MB, just after one streamed reply {tot['reply_mb']:.0f} MB, "
-        f"{IDLE_RELEASE_S + 2:g} s later {tot['idle_mb']:.0f} MB ({verdict} the {GOAL_MB} MB goal)"
+        f"gateway (one worker): ready {tot['ready_mb']:.0f} MB, vocoder {tot['vocoder']} {tot['built_mb']:.0f} MB; "
+        f"one streamed reply: peak {reply['peak_mb']:.0f} MB, just after {reply['after_mb']:.0f} MB, "
+        f"{IDLE_RELEASE_S + 2:g} s later {reply['idle_mb']:.0f} MB; one {len(LONGEST)}-character segment: "
+        f"peak {longest['peak_mb']:.0f} MB, just after {longest['after_mb']:.0f} MB "
+        f"({verdict} the {GOAL_MB} MB goal)"
     )
     return "\n".join(lines)
 
 
 def run() -> str:
     rows = parts()
+    windows = bounded()
     tot = asyncio.run(total())
-    return report(rows, tot)
+    return report(rows, tot, windows)

@@ -78,7 +78,8 @@ class Metrics:
             "tts_engine_work",
             "The engine's own work since it started, by kind: calls "
             "(model calls: one per piece, or per chunk streaming inside a segment), "
-            "memory_releases (idle memory handed back)",
+            "memory_releases (idle memory handed back), memory_releases_after_growth (handed "
+            "back after a call that grew it)",
             ["kind"],
             registry=r,
             multiprocess_mode=total,

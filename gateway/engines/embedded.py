@@ -33,7 +33,7 @@ from ..kokoro.floatgraph import check_precision
 from ..kokoro.floatgraph.runtime import check_provider
 from ..kokoro.g2p import ROUTES
 from ..kokoro.onnx_model import MODEL_PARTS, KokoroModel, LoadReport, load_model_bytes
-from ..kokoro.onnx_sessions import release_freed_memory
+from ..kokoro.onnx_sessions import release_freed_memory, rss_bytes
 from ..kokoro.parts import (
     MAX_TOKENS,
     SAMPLE_RATE,
@@ -57,6 +57,10 @@ T = TypeVar("T")
 # seconds without inference after which the memory of the last calls' activations is handed
 # back (``onnx_sessions.release_freed_memory``); a reply's calls come closer together than this
 IDLE_RELEASE_S = 3.0
+# resident memory a call may leave in onnxruntime's arena beyond what the engine held when it
+# last handed memory back; more (a long window's activations, 0.9 MB a frame) goes back after
+# that call, so one reply's calls do not pile their arena regions up (docs/BENCHMARKS.md, memory)
+RELEASE_GROWTH = 48 << 20
 # tools and tests reach the model's pieces through this module too
 __all__ = [
     "EmbeddedEngine",
@@ -140,7 +144,8 @@ class EmbeddedEngine(EngineBase):
         self._in_flight = 0  # calls submitted and not yet done
         self._idle_timer: asyncio.TimerHandle | None = None
         self.idle_release_s = IDLE_RELEASE_S
-        self._memory_releases = 0  # idle hand-backs done (``_release_idle``)
+        self._releases = {"idle": 0, "growth": 0}  # memory hand-backs done (``_release_memory``)
+        self._rest_bytes = 0  # resident memory after the last hand-back
 
     @property
     def voice_store(self) -> dict[str, Any]:
@@ -168,8 +173,12 @@ class EmbeddedEngine(EngineBase):
     @property
     def work(self) -> dict[str, int]:
         """Model calls started (one per piece, or per chunk when streaming inside a segment) and
-        the times idle memory was handed back."""
-        return {"calls": self._calls, "memory_releases": self._memory_releases}
+        the times memory was handed back: when idle, and after a call that grew it."""
+        return {
+            "calls": self._calls,
+            "memory_releases": self._releases["idle"],
+            "memory_releases_after_growth": self._releases["growth"],
+        }
 
     async def wait_vocoder(self, voice: str = "") -> bool:
         """Wait until the vocoder (and ``voice``, if given) can stream; False if it cannot."""
@@ -195,6 +204,7 @@ class EmbeddedEngine(EngineBase):
             pass
         self.load_report = LoadReport(model.model_s, model.g2p_s, time.perf_counter() - t0, model.load_s)
         release_freed_memory()  # the model's bytes and parsed graph, freed by now
+        self._rest_bytes = rss_bytes()
         log.info(
             "embedded engine ready in %.2f s (model %.2f s and G2P %s %.2f s side by side: %.2f s, warm-up %.2f s)",
             self.load_report.total_s,
@@ -273,7 +283,7 @@ class EmbeddedEngine(EngineBase):
     def _infer(self, model: KokoroModel, piece: str, voice: str, speed: float) -> Rendered:
         with self._calls_lock:
             self._calls += 1
-        return model.infer(piece, voice, speed)
+        return model.infer(piece, voice, speed, self.host.vocoder)  # long pieces in bounded memory
 
     async def _run(self, fn: Callable[[], T], what: str) -> T:
         """Run ``fn`` on the inference pool, holding a slot until the thread is really done."""
@@ -307,23 +317,33 @@ class EmbeddedEngine(EngineBase):
             self._idle_timer = None
 
     def _done(self, slots: asyncio.Semaphore) -> None:
-        """A call is done: free its slot; when none is left in flight, hand the memory its
-        activations held back to the system once the engine has stayed idle a while."""
+        """A call is done: free its slot. If the arena grew by more than ``RELEASE_GROWTH`` since
+        memory was last handed back (a long window's activations), hand it back now, before the
+        next call adds its own; and once the engine has stayed idle a while."""
         slots.release()
         self._in_flight -= 1
-        if self._in_flight == 0 and self._executor is not None:
+        if self._executor is None:
+            return
+        if rss_bytes() > self._rest_bytes + RELEASE_GROWTH:
+            self._submit_release(idle=False)
+        if self._in_flight == 0:
             loop = asyncio.get_running_loop()
             self._idle_timer = loop.call_later(self.idle_release_s, self._release_idle)
 
     def _release_idle(self) -> None:
         self._idle_timer = None
+        if self._in_flight == 0:
+            self._submit_release(idle=True)
+
+    def _submit_release(self, idle: bool) -> None:
         executor = self._executor
-        if executor is not None and self._in_flight == 0:
+        if executor is not None:
             try:  # on the inference pool: a call arriving now waits the ~0.1 s it takes
-                executor.submit(self._release_memory)
+                executor.submit(self._release_memory, idle)
             except RuntimeError:  # shut down meanwhile
                 pass
 
-    def _release_memory(self) -> None:
+    def _release_memory(self, idle: bool) -> None:
         release_freed_memory()
-        self._memory_releases += 1
+        self._rest_bytes = rss_bytes()
+        self._releases["idle" if idle else "growth"] += 1

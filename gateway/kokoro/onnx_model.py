@@ -143,12 +143,18 @@ class KokoroModel:
         """A voice's pack, or a blend's: the weighted mean of its packs."""
         return self._blends[voice]
 
-    def infer(self, phonemes: str, voice: str, speed: float) -> Rendered:
-        """The whole model's audio for at most ``MAX_TOKENS`` symbols, the silence trimmed."""
+    def infer(self, phonemes: str, voice: str, speed: float, vocoder: Any = None) -> Rendered:
+        """The whole model's audio for at most ``MAX_TOKENS`` symbols, the silence trimmed.
+
+        With ``vocoder`` (a built ``StreamingVocoder``), a piece long enough that one call's
+        activations could pass its ``policy.max_window`` is rendered by it instead: the same
+        encoder and exact vocoder, in windows of bounded memory (``vocoder.chunked.render``)."""
         ids = [self.vocab[c] for c in phonemes]
         if not ids:
             return Rendered(np.zeros(0, np.float32), np.zeros(0, np.int64), 0)
         style = self.style(voice)[len(ids) - 1].reshape(1, 256)
+        if vocoder is not None and vocoder.policy.bounds(len(ids), speed):
+            return Rendered.trimmed(*vocoder.render(ids, style, speed))
         audio, durations = self.session.run(
             ["audio", DURATIONS],
             {
@@ -157,4 +163,6 @@ class KokoroModel:
                 "speed": np.array([speed], dtype=np.float32),
             },
         )
-        return Rendered.trimmed(np.asarray(audio, np.float32).ravel(), durations)
+        # a copy: onnxruntime's outputs are views of its arena, and a view kept alive pins the
+        # region it sits in through the next hand-back (``onnx_sessions.release_freed_memory``)
+        return Rendered.trimmed(np.array(audio, np.float32).ravel(), durations)

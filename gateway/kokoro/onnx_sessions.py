@@ -28,6 +28,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+import os
 from functools import lru_cache
 from typing import Any
 
@@ -37,6 +38,7 @@ log = logging.getLogger(__name__)
 
 SHARED_OPS = frozenset({"ConvInteger"})  # ops whose CPU kernels read their weights in place
 MIN_SHARED_BYTES = 64 * 1024  # smaller initializers are not worth an entry
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 class SharedWeights:
@@ -99,6 +101,10 @@ def _options(threads: int) -> Any:
     opts.inter_op_num_threads = 1
     opts.log_severity_level = 3  # errors reach the caller as exceptions; don't also print them
     opts.add_session_config_entry("session.use_env_allocators", "1")
+    # a memory pattern (one block per input shape, planned on its first run) costs no less time
+    # here and holds more: the same 200-frame vocoder window peaked at 460 MB the second time
+    # instead of 180, and a reply's mix of shapes left the arena 25% larger (docs/BENCHMARKS.md)
+    opts.enable_mem_pattern = False
     return opts
 
 
@@ -118,6 +124,15 @@ def make_session(model: Any, threads: int, weights: SharedWeights | None = None)
     if getattr(session, "_model_bytes", None) is not None:
         session._model_bytes = None
     return session
+
+
+def rss_bytes() -> int:
+    """This process's resident memory (0 where ``/proc`` has no ``statm``)."""
+    try:
+        with open("/proc/self/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * PAGE
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 @lru_cache(maxsize=1)

@@ -19,7 +19,7 @@ the encoder's energy curve, so no compute goes into the silence the model pads w
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,7 +61,9 @@ class Policy:
 
     # chunk shapes; the first opens. The large ones run only once the lead covers them: each
     # chunk pays 2 x ``context`` frames and a call's fixed cost, so fewer, larger ones cost less
-    sizes: tuple[int, ...] = (6, 8, 12, 16, 24, 32, 48, 64, 96)
+    # (at most 64: a frozen call's activations are 2.7 MB a generator frame, 3x an exact one's,
+    # so 96 held 270 MB at once; ``max_window``)
+    sizes: tuple[int, ...] = (6, 8, 12, 16, 24, 32, 48, 64)
     adaptive: bool = True  # pick each next size by measured speed (else: in order, last repeats)
     # once the first chunk is out, the rest of the segment in one call when the engine is
     # predicted too slow for any chunking to keep a real-time player fed (a stall is certain):
@@ -85,6 +87,16 @@ class Policy:
     # spans this short (frames) go exact in one call, even when streaming: frozen statistics,
     # pooled over sentences, are far from a short exclamation's own (its padding dominates)
     exact_below: int = 0
+    # the most generator frames one exact call computes (0: no limit): a call's activations are
+    # about 0.9 MB a frame (35 MB a second of audio) and onnxruntime's arena holds them, so a
+    # 510-token segment in one call took 880 MB; longer spans go in windows of this many frames,
+    # each with its own statistics, joined by ``crossfade`` (``exact_windows``)
+    max_window: int = 200
+
+    def bounds(self, tokens: int, speed: float) -> bool:
+        """Might one whole-model call on ``tokens`` exceed ``max_window`` frames (about 2.2-2.4
+        a token at speed 1, the pads included)? Then ``render`` it instead."""
+        return bool(self.max_window) and tokens * 2.5 / speed > self.max_window
 
 
 def phase_offset(f0: np.ndarray, start: int) -> np.ndarray:
@@ -127,22 +139,31 @@ class ChunkRunner:
         self.style, self.stats, self.policy = style, stats, policy
 
     def run(
-        self, start: int, stop: int, *, exact: bool, to_end: bool = False, lead: int = 0, left: int | None = None
+        self,
+        start: int,
+        stop: int,
+        *,
+        exact: bool,
+        to_end: bool = False,
+        lead: int = 0,
+        left: int | None = None,
+        whole_front: bool = True,
     ) -> tuple[np.ndarray, int]:
         """Audio for frames [start, stop), with ``lead`` samples before them (at most a frame),
         and the generator window's length in frames.
 
-        The exact vocoder's front always sees the whole segment (its statistics are then the
-        whole model's). ``left`` overrides the generator's context before ``start``. ``to_end``
-        extends the generator's window to the segment's end: exact statistics that include the
-        trailing silence, as the whole sentence's do, sound closer.
+        The exact vocoder's front sees the whole segment (its statistics are then the whole
+        model's), or with ``whole_front`` False the window and ``front_context``. ``left``
+        overrides the generator's context before ``start``. ``to_end`` extends the generator's
+        window to the segment's end: exact statistics that include the trailing silence, as the
+        whole sentence's do, sound closer.
         """
         frames, ctx = self.enc.frames, self.policy.context
         if lead > FRAME or (lead and start < 1):
             raise ValueError("lead must fit in the frame before start")
         lo = max(0, start - max(ctx if left is None else left, 1 if lead else 0))
         hi = frames if to_end else min(frames, stop + ctx)
-        if exact:
+        if exact and whole_front:
             front_lo, front_hi = 0, frames
         else:
             front_lo = max(0, lo - self.policy.front_context)
@@ -157,7 +178,49 @@ class ChunkRunner:
             feeds.update(self.stats)
             audio = self.frozen.run(None, feeds)[0]
         audio = np.asarray(audio, np.float32).reshape(-1)
-        return audio[(start - lo) * FRAME - lead : (stop - lo) * FRAME], hi - lo
+        # copies: onnxruntime's outputs are views of its arena (``KokoroModel.infer``)
+        return audio[(start - lo) * FRAME - lead : (stop - lo) * FRAME].copy(), hi - lo
+
+
+def exact_windows(runner: ChunkRunner, begin: int, stop: int) -> Iterator[tuple[np.ndarray, int]]:
+    """Exact audio for frames [``begin``, ``stop``) and each call's generator window in frames:
+    ``runner.run(begin, stop, exact=True, to_end=True)`` when its window fits in
+    ``policy.max_window``, else consecutive calls that each do. A window's statistics are its
+    own (its front's too, over ``front_context`` more), which moves the sound less than frozen
+    ones do (docs/BENCHMARKS.md, memory); windows overlap by ``crossfade`` frames, faded across."""
+    p, frames = runner.policy, runner.enc.frames
+    step = max(p.max_window - 2 * p.context - p.crossfade, p.min_chunk)
+    pos, held = begin, np.zeros(0, np.float32)
+    while True:
+        first = pos - len(held) // FRAME
+        to_end = not p.max_window or frames - max(0, first - p.context) <= p.max_window
+        last = to_end or pos + step >= stop
+        end = stop if last else pos + step
+        # the front over the window (and ``front_context``), not the whole segment each time:
+        # over a 26 s segment it cost 16% of a 200-frame window's time per window
+        audio, window = runner.run(first, end, exact=True, to_end=to_end, whole_front=to_end and pos == begin)
+        audio[: len(held)] = fade(held, audio[: len(held)])
+        if last:
+            yield audio, window
+            return
+        keep = p.crossfade * FRAME
+        yield audio[: len(audio) - keep], window
+        pos, held = end, audio[len(audio) - keep :]
+
+
+def render(
+    sessions: tuple[Any, Any, Any], tokens: list[int], style: np.ndarray, speed: float, policy: Policy
+) -> tuple[np.ndarray, np.ndarray]:
+    """What the whole model returns for one piece (its audio over all frames, and the frames
+    per token), from the ``sessions`` (encoder, frozen and exact vocoder): the exact vocoder in
+    windows of at most ``policy.max_window`` frames, so the same audio when the piece fits in
+    one, bounded memory when it does not (``exact_windows``)."""
+    encoder, frozen, exact = sessions
+    style = np.asarray(style, np.float32).reshape(1, 256)
+    enc = encode_segment(encoder, tokens, style, speed)
+    runner = ChunkRunner(frozen, exact, enc, style, {}, policy)
+    audio = np.concatenate([a for a, _ in exact_windows(runner, 0, enc.frames)])
+    return audio, enc.durations if enc.durations is not None else np.zeros(0, np.int64)
 
 
 def encode_segment(session: Any, tokens: list[int], style: np.ndarray, speed: float) -> Encoded:
@@ -170,8 +233,8 @@ def encode_segment(session: Any, tokens: list[int], style: np.ndarray, speed: fl
         },
     )
     return Encoded(
-        np.asarray(features, np.float32),
-        np.asarray(f0, np.float32),
-        np.asarray(energy, np.float32),
+        np.array(features, np.float32),
+        np.array(f0, np.float32),
+        np.array(energy, np.float32),
         np.asarray(durations).ravel().astype(np.int64),
     )

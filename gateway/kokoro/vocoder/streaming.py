@@ -21,7 +21,7 @@ import numpy as np
 from ..floatgraph.runtime import make_session
 from ..onnx_sessions import SharedWeights
 from ..parts import load_vocab
-from . import calibrate
+from . import calibrate, chunked
 from .chunked import FRAME, FRAME_S, ChunkRunner, Encoded, Policy, encode_segment, fade, voiced_span
 from .modes import DEFAULT, VocoderMode, check_mode
 from .names import Statistic
@@ -269,10 +269,7 @@ class StreamingVocoder:
             and buffered_s >= p.safety * self.predict_exact(enc.frames)
         )
         if mode == VocoderMode.EXACT or stop - start <= p.exact_below or in_time:
-            t0 = time.perf_counter()
-            audio, window = runner.run(0, enc.frames, exact=True)  # the whole model's statistics
-            self.exact_costs.observe(window, time.perf_counter() - t0)
-            yield audio[start * FRAME : stop * FRAME]
+            yield from self._exact_audio(runner, 0, start, stop)  # the whole model's statistics
             return
         yield from self._stream(runner, start, stop, mode == VocoderMode.FROZEN_FIRST, frozen_frames, buffered_s)
 
@@ -297,7 +294,8 @@ class StreamingVocoder:
                 size = next_size(p, pacer, size, index)
                 cost = pacer.costs.predict(stop - pos + 2 * p.context)
                 if not hand_over and self._behind(cost, pacer.ahead_s(), stop - pos, frozen_frames):
-                    size = stop - pos  # frozen: the rest in one call (``Policy.batch_rest``)
+                    # frozen: the rest in one call (``Policy.batch_rest``), as large as memory allows
+                    size = min(stop - pos, max(p.sizes))
             else:  # the smallest that pays for the next; larger if the listener's buffer allows
                 size = first_size(p, self.costs)
                 if pacer.first is not None:
@@ -316,13 +314,29 @@ class StreamingVocoder:
             yield audio[: len(audio) - keep]
             held = audio[len(audio) - keep :]
             if last:
-                t0 = time.perf_counter()
-                rest, window = runner.run(end - p.crossfade, stop, exact=True, to_end=True)
-                self.exact_costs.observe(window, time.perf_counter() - t0)
-                rest[: len(held)] = fade(held, rest[: len(held)])
-                yield rest
+                yield from self._exact_audio(runner, end - p.crossfade, end - p.crossfade, stop, held)
                 return
             pos, index = end, index + 1
+
+    def _exact_audio(
+        self, runner: ChunkRunner, begin: int, start: int, stop: int, held: np.ndarray | None = None
+    ) -> Iterator[np.ndarray]:
+        """Exact audio for frames [start, stop), computed from ``begin`` (``exact_windows``), in
+        pieces as the windows are done; ``held`` is faded into its start."""
+        pos, t0 = begin * FRAME, time.perf_counter()
+        for audio, window in chunked.exact_windows(runner, begin, stop):
+            self.exact_costs.observe(window, time.perf_counter() - t0)
+            if held is not None and pos == begin * FRAME:
+                audio[: len(held)] = fade(held, audio[: len(held)])
+            piece = audio[max(0, start * FRAME - pos) :]
+            pos += len(audio)
+            if piece.size:
+                yield piece
+            t0 = time.perf_counter()
+
+    def render(self, tokens: list[int], style: np.ndarray, speed: float) -> tuple[np.ndarray, np.ndarray]:
+        """``chunked.render`` with this vocoder's sessions and policy."""
+        return chunked.render((self._encoder, self._frozen, self._exact), tokens, style, speed, self.policy)
 
     def _switch(
         self, pacer: Pacer, pos: int, end: int, span: tuple[int, int], rest_window: int, frozen_frames: int | None
