@@ -59,8 +59,10 @@ T = TypeVar("T")
 IDLE_RELEASE_S = 3.0
 # resident memory a call may leave in onnxruntime's arena beyond what the engine held when it
 # last handed memory back; more (a long window's activations, 0.9 MB a frame) goes back after
-# that call, so one reply's calls do not pile their arena regions up (docs/BENCHMARKS.md, memory)
-RELEASE_GROWTH = 48 << 20
+# that call, so one reply's calls do not pile their arena regions up (docs/BENCHMARKS.md,
+# memory). A hand-back costs the next call its page faults (a chunk right after one took
+# 1.06-1.22x its CPU): 128 MB lets a reply of sentences up to about 3.5 s run without any
+RELEASE_GROWTH = 128 << 20
 # tools and tests reach the model's pieces through this module too
 __all__ = [
     "EmbeddedEngine",
