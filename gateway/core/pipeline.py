@@ -263,7 +263,7 @@ class Pipeline(BudgetMember):
                     self.transcript.segment(index, item.fields["text"])
                     if (held := self._held_back_ms()) is not None:
                         item.fields["held_back_ms"] = held
-                    self._offer_start(item, held or 0.0)
+                    self._put_start_in(item, held or 0.0)
                     await self.out.put(item)
                     continue
                 if isinstance(item, WordTimes):  # on the segment's timeline, however many come
@@ -285,7 +285,7 @@ class Pipeline(BudgetMember):
         self.stats["sentences"] = index
         await self.out.put(Event("done", self._done_fields()))
 
-    def _offer_start(self, item: Event, held_back_ms: float) -> None:
+    def _put_start_in(self, item: Event, held_back_ms: float) -> None:
         """``start_in_ms``: the offer, later by what the encoder holds back (the model follows)."""
         at = None if item.start_at is None else item.start_at + held_back_ms / 1000
         if at is not None:
