@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from .budget import Budget
 
 SHARED = "shared"  # the margins' bucket of replies forecast beside other listeners' work
+Placement = tuple[list[tuple[float, float, float]], float]  # pieces beside the others, and their stretch
 
 
 def preroll_ms(
@@ -240,20 +241,20 @@ class Listener:
             self.stream_to_start = self._streamed_starts_sooner(texts, mode)
         later = self.later_mode()
         modes = [mode if k == 0 else later for k in range(len(texts))]
-        shared = self.shared_preroll_s(texts)
+        shared = self._shared_pieces(texts)  # once: the plan, the preroll and the offer read it
         if complete and self.live and self.plan is None:
-            self.plan = self._plan(texts, modes, mode)
+            self.plan = self._plan(texts, modes, mode, shared)
         ms = (
-            round(1000 * shared)
+            round(1000 * preroll_from(self._stretched(shared, SHARED), self.buffered_s()))
             if shared is not None
             else preroll_ms(self.engine_rate, self.settings, self.options.speed, texts, self.buffered_s(), modes)
         )
         self.tell(ms / 1000)
-        self.offer = self._start_offer(texts, modes, ms / 1000, shared is not None)
+        self.offer = self._start_offer(texts, modes, ms / 1000, shared)
         return ms
 
     def _start_offer(
-        self, texts: Sequence[str], modes: Sequence[str | None], hold: float, shared: bool
+        self, texts: Sequence[str], modes: Sequence[str | None], hold: float, shared: Placement | None
     ) -> float | None:
         """When (clock) a player not started yet, holding the audio made so far, can start and
         still have every forecast piece in time, where waiting for its ``hold`` would start it
@@ -269,13 +270,14 @@ class Listener:
         slowing = rate.recent_overrun() > floor - 1.0  # the machine slows: wait for the arrivals
         if not self.live or self.t_play is not None or self.options.buffered_s or not held or hold <= 0 or slowing:
             return None
-        if shared:  # where the scheduler serves it beside the others, stretched as their hold
-            got = self._shared_stretched(texts, started(SHARED))
+        if shared is not None:  # where the scheduler serves it beside the others
+            got = self._stretched(shared, started(SHARED))
         else:
             k = max(floor, rate.safety(floor, started((modes[0] if modes else None) or DEFAULT)))
             got = arrivals(forecast(texts, modes, rate, self.options.speed), k)
-        early = earliest_start(got, held) if got else None
-        return None if early is None or early >= start_on(got or [], hold, held) - TIE_S else self.clock() + early
+        if not got or (early := earliest_start(got, held)) >= start_on(got, hold, held) - TIE_S:
+            return None
+        return self.clock() + early
 
     def learn(self) -> None:
         """The reply is made: what its arrivals needed tunes the margins (``margins.py``). A
@@ -291,11 +293,13 @@ class Listener:
             rate.learn(started(plan.bucket), clock, floor)
         self.plan = None
 
-    def _plan(self, texts: Sequence[str], modes: Sequence[str | None], mode: str | None) -> Plan:
+    def _plan(
+        self, texts: Sequence[str], modes: Sequence[str | None], mode: str | None, shared: Placement | None
+    ) -> Plan:
         """The forecast a reply starts with, as the preroll it gives at each stretch (and, made
         on the prior rate, its texts and modes, to forecast again once the engine is measured)."""
         measured = self.engine_rate.measured(mode)
-        if (shared := self._shared_pieces(texts)) is not None:
+        if shared is not None:
             got, k = shared
             return Plan(
                 lambda s: preroll_from(scaled(got, s / k)),
@@ -314,20 +318,17 @@ class Listener:
         floor here: the others' work is forecast from their texts' lengths, which the margins
         learned from this engine's own replies do not cover; below it, a listener admitted from
         the queue beside a reply streaming in stalled 0.24 s on the replay.)"""
-        got = self._shared_stretched(texts, SHARED)
-        return None if got is None else preroll_from(got, self.buffered_s())
+        shared = self._shared_pieces(texts)
+        return None if shared is None else preroll_from(self._stretched(shared, SHARED), self.buffered_s())
 
-    def _shared_stretched(self, texts: Sequence[str], bucket: str) -> list[tuple[float, float, float]] | None:
+    def _stretched(self, shared: Placement, bucket: str) -> list[tuple[float, float, float]]:
         """``_shared_pieces`` stretched by the margin ``bucket`` learned (before it learned
         anything, what any reply's hold needed) where that is more than the budget's."""
-        shared = self._shared_pieces(texts)
-        if shared is None:
-            return None
         got, k = shared
         learned = self.engine_rate.margin(bucket) or self.engine_rate.margin(None)
         return scaled(got, learned / k) if learned and learned > k else got
 
-    def _shared_pieces(self, texts: Sequence[str]) -> tuple[list[tuple[float, float, float]], float] | None:
+    def _shared_pieces(self, texts: Sequence[str]) -> Placement | None:
         """(arrival, audio, position) of this reply's segments where the scheduler will serve
         them beside the others' work, forecast at the budget's stretch (returned with them)."""
         if self.budget is None or not self.live or not self.budget.contended():
