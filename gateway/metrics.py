@@ -121,12 +121,12 @@ class Metrics:
         )
         if not self.multiprocess:  # read at each scrape; across workers refresh() writes them
             self.tasks.set_function(_task_count)
-            self.rss.set_function(_rss_bytes)
+            self.rss.set_function(rss_bytes)
 
     def refresh(self) -> None:
         """Write this process's own readings (the files of other workers are read as they are)."""
         self.tasks.set(_task_count())
-        self.rss.set(_rss_bytes())
+        self.rss.set(rss_bytes())
 
     def render(self) -> bytes:
         if not self.multiprocess:
@@ -144,9 +144,11 @@ def _task_count() -> float:
         return 0.0
 
 
-def _rss_bytes() -> float:
+def rss_bytes() -> int:
+    """This process's resident memory (0 where ``/proc`` has no ``statm``): the gauge, and the
+    embedded engine's hand-back after a call that grew it."""
     try:
-        with open("/proc/self/statm") as fh:
-            return float(int(fh.read().split()[1]) * resource.getpagesize())
-    except OSError:
-        return 0.0
+        with open("/proc/self/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * resource.getpagesize()
+    except (OSError, IndexError, ValueError):
+        return 0

@@ -16,11 +16,12 @@ import pytest
 from bench.measure import distance, worst_join_ratio
 from bench.memory import reset_peak, rss_mb
 from gateway.kokoro.onnx_model import load_model_bytes, with_durations
-from gateway.kokoro.onnx_sessions import SharedWeights, make_session, release_freed_memory, rss_bytes
+from gateway.kokoro.onnx_sessions import SharedWeights, make_session, release_freed_memory
 from gateway.kokoro.parts import load_vocab, load_voice_packs
 from gateway.kokoro.vocoder.chunked import ChunkRunner, Policy, encode_segment, exact_windows
 from gateway.kokoro.vocoder.split import split
 from gateway.kokoro.vocoder.streaming import StreamingVocoder
+from gateway.metrics import rss_bytes
 
 pytestmark = pytest.mark.slow
 # "The weather will be sunny in the morning, with light rain after lunch. Please turn left at

@@ -33,7 +33,7 @@ from ..kokoro.floatgraph import check_precision
 from ..kokoro.floatgraph.runtime import check_provider
 from ..kokoro.g2p import ROUTES
 from ..kokoro.onnx_model import MODEL_PARTS, KokoroModel, LoadReport, load_model_bytes
-from ..kokoro.onnx_sessions import release_freed_memory, rss_bytes
+from ..kokoro.onnx_sessions import release_freed_memory
 from ..kokoro.parts import (
     MAX_TOKENS,
     SAMPLE_RATE,
@@ -49,6 +49,7 @@ from ..kokoro.timestamps import SegmentWords, WordTimes
 from ..kokoro.vocoder.chunked import FRAME
 from ..kokoro.vocoder.modes import MODES as VOCODER_MODES
 from ..kokoro.vocoder.modes import VocoderMode
+from ..metrics import rss_bytes
 from .base import EngineBase
 from .embedded_vocoder import VocoderHost
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
-import os
 from functools import lru_cache
 from typing import Any
 
@@ -38,7 +37,6 @@ log = logging.getLogger(__name__)
 
 SHARED_OPS = frozenset({"ConvInteger"})  # ops whose CPU kernels read their weights in place
 MIN_SHARED_BYTES = 64 * 1024  # smaller initializers are not worth an entry
-PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 class SharedWeights:
@@ -124,15 +122,6 @@ def make_session(model: Any, threads: int, weights: SharedWeights | None = None)
     if getattr(session, "_model_bytes", None) is not None:
         session._model_bytes = None
     return session
-
-
-def rss_bytes() -> int:
-    """This process's resident memory (0 where ``/proc`` has no ``statm``)."""
-    try:
-        with open("/proc/self/statm", "rb") as fh:
-            return int(fh.read().split()[1]) * PAGE
-    except (OSError, IndexError, ValueError):
-        return 0
 
 
 @lru_cache(maxsize=1)
