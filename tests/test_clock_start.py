@@ -22,6 +22,7 @@ from gateway.core.schedule import Forecast, arrivals, earliest_start
 
 from .support.listeners_sim import Engine, Heard, sim_settings
 from .support.virtual_time import run_virtual
+from .test_budget import steady_rate
 
 WHOLE = 100_000  # the fake engine's chunk: longer than any segment, so each arrives whole
 
@@ -52,6 +53,11 @@ def test_the_earliest_start_and_the_stretch_a_clock_start_needed() -> None:
     assert earliest_start(arrivals(segments, 1.0), held_s=1.5) == 0.0
     late = [(0.6, 0.5), (1.8, 2.0)]
     assert needed_start(lambda k: earliest_start(arrivals(segments, k)), late) == pytest.approx(1.2, abs=0.01)
+    # the first came 0.7 s late, the second in time after it: the oracle is the first arrival
+    # (1.2 s, after the forecast's start), and no clock start comes before audio is held, so
+    # nothing needed stretching (counting the forecast's start, 1.2 would have been taught)
+    first_late = [(1.2, 0.5), (1.6, 2.0)]
+    assert needed_start(lambda k: earliest_start(arrivals(segments, k)), first_late) == 1.0
 
 
 def listen(rtf: float, texts: list[str]) -> list[Heard]:
@@ -97,3 +103,19 @@ def test_no_clock_start_while_calls_run_over_their_forecast() -> None:
 
     steady, slowed = run_virtual(main)
     assert steady.start_ins_ms and not slowed.start_ins_ms, (steady, slowed)
+
+
+def test_a_short_call_running_over_by_its_fixed_cost_is_not_a_slowdown() -> None:
+    """Clock starts wait while calls run over their forecast (``recent_overrun``). A call much
+    shorter than the engine's typical one counts its overrun in seconds against the typical
+    call's forecast: a first segment of one word 50% over (its fixed cost) held back every
+    clock start of the reply after it, beside 1 s calls on time. A typical call 30% over still
+    counts in full, and a short call on time after it does not clear it."""
+    rate = steady_rate(0.5)  # 2 s segments in 1 s
+    short = rate.predict(None, 0.4)
+    rate.observe(None, 0.4, 1.5 * short, 1.5 * short, chars=4)
+    assert rate.recent_overrun() < 0.15
+    rate.observe(None, 2.0, 1.3 * rate.predict(None, 2.0), 1.3, chars=20)
+    assert rate.recent_overrun() == pytest.approx(0.3, abs=0.01)
+    rate.observe(None, 0.4, rate.predict(None, 0.4), 0.1, chars=4)
+    assert rate.recent_overrun() == pytest.approx(0.3, abs=0.01)

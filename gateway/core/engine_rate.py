@@ -57,7 +57,8 @@ class EngineRate:
         # planned on no measurement at all is the one whose player cannot be corrected in time
         self._prior = [1.0, PRIOR_OVERRUN**2]
         self.margins = Margins()
-        self._latest = 0.0  # how far the latest call ran over its forecast (0.3: 30% slower)
+        self._latest = (0.0, 0.0)  # how far the latest two calls ran over their forecast (0.3: 30%)
+        self._typical = [0.0, 0.0]  # decayed weight and sum of the calls' forecast seconds
 
     def observe(
         self, mode: str | None, audio_s: float, wall_s: float, first_s: float, *, chars: int = 0, speed: float = 1.0
@@ -68,10 +69,16 @@ class EngineRate:
         m = self._modes.setdefault(mode or DEFAULT, _Mode(CostModel(self.forget)))
         f = self.forget
         if m.calls:  # how wrong the forecast was, before this call moves it
-            over = max(0.0, wall_s / max(m.costs.predict(audio_s), 1e-6) - 1.0)  # type: ignore[arg-type]
+            predicted = max(m.costs.predict(audio_s), 1e-6)  # type: ignore[arg-type]
+            tw, tp = self._typical
+            self._typical = [tw * f + 1.0, tp * f + predicted]
+            # the seconds it ran over, as a share of the typical call's forecast where it was
+            # shorter: a short call's fixed cost is noise, not the machine slowing down (a 0.3 s
+            # call 50% over held back every clock start of a reply beside 1 s calls on time)
+            over = max(0.0, wall_s - predicted) / max(predicted, self._typical[1] / self._typical[0])
             w, sq = self._overrun
             self._overrun = [w * f + 1.0, sq * f + over * over]
-            self._latest = over
+            self._latest = (over, self._latest[0])
             self._prior = [self._prior[0] * f, self._prior[1]]
         m.costs.observe(audio_s, wall_s)  # type: ignore[arg-type]  # the line takes any number
         m.wall, m.audio = m.wall * f + wall_s, m.audio * f + audio_s
@@ -111,10 +118,12 @@ class EngineRate:
         return ((sq + pw * psq) / (w + pw)) ** 0.5 if w + pw > 0 else 0.0
 
     def recent_overrun(self) -> float:
-        """How far calls run over their forecast now: the latest call's overrun or the recent
-        calls' RMS (``overrun``), whichever is more. A machine turning slower shows in the
-        latest call first; a short call whose fixed cost hides it once does not clear the RMS."""
-        return max(self._latest, self.overrun())
+        """How far calls run over their forecast now: the more of the latest two calls'. A
+        machine turning slower shows in the latest call first, and a short call on time does
+        not clear it. (Not the decayed RMS, ``overrun``: it still held the start-up's first
+        calls, 60-97% over on cold caches, when ``bench listeners``' first listener came, and
+        kept its clock start back: 2.2 s where 0.98 s played through.)"""
+        return max(self._latest)
 
     def settle(self) -> None:
         """The start-up warm-up is done: the overruns its calls measured (if any) stand for the
