@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.core.listener import GRACE_S  # as the demo page's players: a newer preroll that follows at once counts
 from gateway.core.schedule import oracle_start
 
 SAMPLE_RATE = 24000  # PCM s16le mono unless ``ready`` says otherwise
@@ -42,9 +43,6 @@ class Playback:
     stalls: int
     stall_s: float
     gaps: tuple[tuple[float, float], ...]  # (ran dry, resumed), after playback started
-
-
-GRACE_S = 0.03  # as the demo page's players: a newer preroll that follows at once counts
 
 
 def _still_met(arrivals: Sequence[Arrival], i: int, held: float, preroll: float, grace_s: float) -> bool:

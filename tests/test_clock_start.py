@@ -11,20 +11,30 @@ pace, ``tests/support/virtual_time.py``); the assertions are on simulated player
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 
 import pytest
 
 from bench.listeners import paragraph
 from bench.player import Arrival, simulate
+from gateway.config import Settings
+from gateway.core.listener import GRACE_S
 from gateway.core.margins import needed_start
+from gateway.core.options import parse_options
 from gateway.core.schedule import Forecast, arrivals, earliest_start
+from gateway.core.stream import StreamSession
+from gateway.core.synthesis import SynthesisHub
+from gateway.engines.fake import fake_duration_s
 
+from .support.engines import ModalFake
 from .support.listeners_sim import Engine, Heard, sim_settings
 from .support.virtual_time import run_virtual
-from .test_budget import steady_rate
+from .test_budget import RATE, Clock, listener, steady_rate
 
 WHOLE = 100_000  # the fake engine's chunk: longer than any segment, so each arrives whole
+FIRST = "Done."
+REPLY = f"{FIRST} Your dentist visit is now on Monday at nine. The clinic will remind you the day before."
 
 
 def test_the_simulated_player_starts_on_the_clock_and_a_later_sentence_replaces_it() -> None:
@@ -105,6 +115,32 @@ def test_no_clock_start_while_calls_run_over_their_forecast() -> None:
     assert steady.start_ins_ms and not slowed.start_ins_ms, (steady, slowed)
 
 
+def test_the_gateway_counts_a_player_waiting_out_its_grace_as_not_started() -> None:
+    """A player whose hold the first segment met waits ``GRACE_S`` for the next sentence's
+    ``preroll_ms``, sent right after that segment, and holds that one if it is more. The
+    gateway's model of the player agrees: before, it took the player to be playing, sized
+    every later figure for a playing player (0) and offered no clock start, while the player
+    waited for the next whole segment (``bench listeners`` N=1: 2.2 s where 0.95 s played through)."""
+    clock, rate = Clock(), steady_rate(0.5)
+    waits, plays = listener(rate, clock), listener(rate, clock)
+    for x in (waits, plays):
+        x.tell(0.0)
+        x.made(RATE)  # the first segment, 1 s: the hold (0) is met
+        assert x.t_play == clock.t
+    clock.t += GRACE_S / 2
+    waits.tell(1.5)  # within the grace: the player holds 1.5 s now
+    assert waits.t_play is None and waits.buffered_s() == 1.0
+    clock.t += GRACE_S
+    plays.tell(1.5)  # after it: a figure for a player that runs dry; this one plays
+    assert plays.t_play == clock.t - 1.5 * GRACE_S
+    waits.made(RATE // 2)
+    assert waits.t_play == clock.t  # it holds 1.5 s now
+    # the player itself, on the same arrivals
+    sent = [Arrival(0.0, preroll_s=0.0), Arrival(1.0, audio_s=1.0)]
+    assert simulate([*sent, Arrival(1.0 + GRACE_S / 2, preroll_s=1.5), Arrival(2.0, audio_s=0.5)]).start_s == 2.0
+    assert simulate([*sent, Arrival(1.0 + 1.5 * GRACE_S, preroll_s=1.5), Arrival(2.0, audio_s=0.5)]).start_s == 1.0
+
+
 def test_a_short_call_running_over_by_its_fixed_cost_is_not_a_slowdown() -> None:
     """Clock starts wait while calls run over their forecast (``recent_overrun``). A call much
     shorter than the engine's typical one counts its overrun in seconds against the typical
@@ -119,3 +155,39 @@ def test_a_short_call_running_over_by_its_fixed_cost_is_not_a_slowdown() -> None
     assert rate.recent_overrun() == pytest.approx(0.3, abs=0.01)
     rate.observe(None, 0.4, rate.predict(None, 0.4), 0.1, chars=4)
     assert rate.recent_overrun() == pytest.approx(0.3, abs=0.01)
+
+
+def test_a_player_waiting_for_its_hold_gets_the_next_segments_first_chunk_soonest() -> None:
+    """An engine that streams inside a segment opens with a larger chunk where the listener's
+    buffer allows (``buffered_s``: the audio a playing player has ahead). A player that holds
+    a short first segment but waits for its hold is not playing: told it held that audio, the
+    engine opened the next segment with a chunk that came just before that audio would have
+    run out, and the player waited for it (``bench listeners``: "Done." then a 2.5 s sentence
+    started 1.06 s where 0.53 s played through). Slower than real time, the player waits
+    through the first segments: the engine is told it holds nothing; faster, it plays at once.
+    (The second of two replies: the first measures the engine.)"""
+
+    async def reply(hub: SynthesisHub, engine: ModalFake, settings: Settings) -> tuple[int, list[float]]:
+        options = parse_options({"text": REPLY, "cache": False}, settings, engine)
+        session, asked = StreamSession(engine, options, settings, hub=hub), len(engine.asked)
+        try:
+            preroll = session.ready_fields()["preroll_ms"]
+            session.push_text(options.text)
+            session.end()
+            events = [e async for e in session.events()]
+        finally:
+            await session.aclose()
+        assert events[-1].type == "done", events[-1]
+        return preroll, [b for _, b in engine.asked[asked:]]
+
+    async def main(rtf: float) -> tuple[int, list[float]]:
+        settings = sim_settings(rtf)
+        engine = ModalFake(settings)
+        hub = SynthesisHub(engine, cache_mb=0.0, settings=settings, clock=asyncio.get_running_loop().time)
+        await reply(hub, engine, settings)
+        return await reply(hub, engine, settings)
+
+    preroll, held = run_virtual(lambda: main(1.3))
+    assert preroll > 1000 * fake_duration_s(FIRST) and held[1] == 0.0, (preroll, held)
+    preroll, held = run_virtual(lambda: main(0.2))
+    assert preroll == 0 and held[1] > 0.15, (preroll, held)  # it plays: what it has ahead

@@ -33,6 +33,9 @@ from .schedule import arrivals, earliest_start, forecast, preroll_from, preroll_
 if TYPE_CHECKING:
     from .budget import Budget
 
+# a player whose hold an arrival met waits this long for a newer ``preroll_ms`` (the next
+# sentence's, sent right after a segment's last audio) before it starts: static/players.js
+GRACE_S = 0.03
 SHARED = "shared"  # the margins' bucket of replies forecast beside other listeners' work
 Placement = tuple[list[tuple[float, float, float]], float]  # pieces beside the others, and their stretch
 
@@ -72,6 +75,7 @@ class Listener:
         self.promised_start: float | None = None  # clock: the start forecast at admission
         self.preroll_told_s = 0.0  # the preroll in force for the player
         self.t_play: float | None = None  # clock: when the player held that preroll (its start)
+        self.met = False  # ... set by the hold, not a clock: a preroll within GRACE_S replaces it
         self.start_at: float | None = None  # clock: its start below that, holding audio (``start_in_ms``)
         # the first forecast of a reply whose whole text it saw, and the arrivals since: what the
         # margins learn from
@@ -90,7 +94,11 @@ class Listener:
 
     def tell(self, preroll_s: float) -> None:
         """The player was told to hold ``preroll_s`` (before it starts; later figures are for
-        a player that ran dry): one that holds that much already starts now."""
+        a player that ran dry): one that holds that much starts now; one whose hold was met
+        less than ``GRACE_S`` ago waits for this one instead, as the players do."""
+        if self.t_play is not None and self.met and self.clock() - self.t_play <= GRACE_S:
+            if self.samples / self.sample_rate < preroll_s - 1e-9:
+                self.t_play, self.met = None, False
         if self.t_play is None:
             self.preroll_told_s = preroll_s
             self._check_start()
@@ -99,7 +107,7 @@ class Listener:
         if self.t_play is not None or not self.samples:
             return
         if self.samples / self.sample_rate >= self.preroll_told_s - 1e-9:
-            self.t_play = self.clock()
+            self.t_play, self.met = self.clock(), True
         elif self.start_at is not None and self.clock() >= self.start_at:
             self.t_play = self.start_at
 
@@ -168,12 +176,10 @@ class Listener:
     def audio_of(self, texts: Sequence[str]) -> list[float]:
         return [self.engine_rate.audio_s(t, self.options.speed) for t in texts]
 
-    def buffered_s(self) -> float:
-        """Audio made for the listener that they have not heard yet: all of it until their
-        player starts (``t_play``), then what is ahead of real-time playback from that start.
-        (Counting only what was ahead of a start at the first payload, a player holding its
-        first short segment was told to start and ran dry: ``bench listeners`` N=2.) With the
-        option ``buffered_s`` (audio held before this reply), that plays first."""
+    def buffered_s(self, playing: bool = False) -> float:
+        """Audio made that the listener has not heard: all of it until the player starts (none
+        with ``playing``: a waiting player's next first chunk should come soonest), then what is
+        ahead of playback from that start; the option ``buffered_s`` (held before) plays first."""
         if not self.live:
             return 0.0
         self._check_start()
@@ -181,7 +187,7 @@ class Listener:
         if held := self.options.buffered_s:
             return max(0.0, held + made - (self.clock() - self.t_created))
         if self.t_play is None:
-            return made
+            return 0.0 if playing else made
         return max(0.0, made - (self.clock() - self.t_play))
 
     def mode_for(self, text: str) -> str | None:
@@ -220,8 +226,7 @@ class Listener:
     def _streamed_starts_sooner(self, texts: Sequence[str], mode: str | None) -> bool:
         """For a player not started yet, where streaming is no faster than real time: do the
         segments after ``texts[0]`` streamed give an earlier forecast start than made exact?
-        Exact ones arrive whole, so the hold takes in the next segment whole: Play both's start
-        jumped from about 1 s to about 2 s where the rate crossed that line (docs/BENCHMARKS.md)."""
+        Exact ones arrive whole, so the hold takes in the next segment whole."""
         if self.requested != VocoderMode.FROZEN_FIRST or len(texts) < 2 or not self._streaming_too_slow():
             return False
         rate, k = self.engine_rate, self.engine_rate.safety(self.settings.preroll_safety, mode or DEFAULT)
@@ -257,15 +262,12 @@ class Listener:
         self, texts: Sequence[str], modes: Sequence[str | None], hold: float, shared: Placement | None
     ) -> float | None:
         """When (clock) a player not started yet, holding the audio made so far, can start and
-        still have every forecast piece in time, where waiting for its ``hold`` would start it
-        only on a later arrival (with whole segments up to a segment's compute later: ``bench
-        listeners`` started at 1.09 s where 0.52 s played through). None if nothing is held yet
-        (a late first arrival would leave the start too early). Its stretch is the margin clock
-        starts needed, at least ``preroll_safety`` (no arrival rounds it up, and the next text's
-        length is estimated: on the replay, the learned margin alone stalled 10 of 216 replies).
-        None while calls run over their forecast by more than that floor's slack (the latest,
-        or the recent calls' RMS): no arrival confirms a clock start, and ``bench playback``'s
-        busy core (the latest call 29-37% over) stalled 0.3-1.2 s on it, stretched or not."""
+        still have every forecast piece in time, where its ``hold`` would start it only on a
+        later arrival (with whole segments, a segment's compute later). None if nothing is held
+        yet. Its stretch is what clock starts needed, at least ``preroll_safety`` (no arrival
+        rounds it up: on the replay, the learned margin alone stalled 10 of 216 replies). None
+        while calls run over their forecast by more than that floor's slack (no arrival confirms
+        a clock start: ``bench playback``'s busy core stalled 0.3-1.2 s on it)."""
         rate, held, floor = self.engine_rate, self.samples / self.sample_rate, self.settings.preroll_safety
         slowing = rate.recent_overrun() > floor - 1.0  # the machine slows: wait for the arrivals
         if not self.live or self.t_play is not None or self.options.buffered_s or not held or hold <= 0 or slowing:
@@ -314,10 +316,8 @@ class Listener:
     def shared_preroll_s(self, texts: Sequence[str]) -> float | None:
         """The preroll with the other listeners' work on the engine (None: it has no others):
         this reply's segments finish where the scheduler will serve them, stretched by the
-        margin replies needed where that is more than the budget's. (Never below the budget's
-        floor here: the others' work is forecast from their texts' lengths, which the margins
-        learned from this engine's own replies do not cover; below it, a listener admitted from
-        the queue beside a reply streaming in stalled 0.24 s on the replay.)"""
+        margin replies needed where that is more than the budget's (never below its floor: a
+        listener admitted beside a reply streaming in stalled 0.24 s on the replay below it)."""
         shared = self._shared_pieces(texts)
         return None if shared is None else preroll_from(self._stretched(shared, SHARED), self.buffered_s())
 

@@ -220,7 +220,7 @@ class Pipeline(BudgetMember):
             speed=o.speed,
             mode=mode,
             requested_mode=listener.requested or "",
-            buffered_s=listener.buffered_s(),
+            buffered_s=listener.buffered_s(playing=True),
             share=o.cache,
             slot=(listener.deadline(), listener),
         )
