@@ -82,7 +82,8 @@ def test_a_margin_learned_on_an_idle_engine_widens_once_calls_run_over() -> None
 
 def test_overruns_beyond_those_a_margin_was_learned_with_widen_it() -> None:
     """A margin learned while calls ran on time holds while they do, and widens once they run
-    over their forecast (a machine that became busy), by the rule used before any margin."""
+    over their forecast (a machine that became busy), by the rule used before any margin, at
+    once by the latest call's overrun: the RMS dilutes its first slow call by the calls before."""
     rate = EngineRate(forget=0.8)
     for _ in range(4):
         rate.observe("exact", 2.0, 1.0, 1.0)
@@ -92,7 +93,8 @@ def test_overruns_beyond_those_a_margin_was_learned_with_widen_it() -> None:
     assert rate.safety(1.15, "exact") == pytest.approx(1.05)  # learned: below the fixed floor
     rate.observe("exact", 2.0, 1.7, 1.7)  # 70% over its forecast
     widened = rate.safety(1.15, "exact")
-    assert widened == pytest.approx(min(2.0, 1.05 + 2 * rate.overrun()))
+    assert rate.overrun() < 0.5 and rate.overrun_now() == pytest.approx(0.7)
+    assert widened == pytest.approx(min(2.0, 1.05 + 2 * 0.7))
     assert widened > 1.3 and rate.margin(None) == pytest.approx(widened)
 
 

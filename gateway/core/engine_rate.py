@@ -72,13 +72,16 @@ class EngineRate:
             predicted = max(m.costs.predict(audio_s), 1e-6)  # type: ignore[arg-type]
             tw, tp = self._typical
             self._typical = [tw * f + 1.0, tp * f + predicted]
-            # the seconds it ran over, as a share of the typical call's forecast where it was
-            # shorter: a short call's fixed cost is noise, not the machine slowing down (a 0.3 s
-            # call 50% over held back every clock start of a reply beside 1 s calls on time)
-            over = max(0.0, wall_s - predicted) / max(predicted, self._typical[1] / self._typical[0])
+            over = max(0.0, wall_s / predicted - 1.0)
             w, sq = self._overrun
             self._overrun = [w * f + 1.0, sq * f + over * over]
-            self._latest = (over, self._latest[0])
+            # for clock starts, the seconds it ran over as a share of the typical call's forecast
+            # where it was shorter: a short call's fixed cost is noise there (a 0.3 s call 50%
+            # over held back every clock start of a reply beside 1 s calls on time); the margins
+            # take every call's share in full (shrunk, a busy core's short calls widened them too
+            # little: ``bench playback`` stalled 3.2 s)
+            shrunk = max(0.0, wall_s - predicted) / max(predicted, self._typical[1] / self._typical[0])
+            self._latest = (shrunk, self._latest[0])
             self._prior = [self._prior[0] * f, self._prior[1]]
         m.costs.observe(audio_s, wall_s)  # type: ignore[arg-type]  # the line takes any number
         m.wall, m.audio = m.wall * f + wall_s, m.audio * f + audio_s
@@ -117,6 +120,15 @@ class EngineRate:
         (w, sq), (pw, psq) = self._overrun, self._prior
         return ((sq + pw * psq) / (w + pw)) ** 0.5 if w + pw > 0 else 0.0
 
+    def overrun_now(self) -> float:
+        """What forecasts are widened by: the RMS (``overrun``), or the latest call's overrun
+        where that is more. A machine turning slower shows in the latest call first and is
+        diluted in the RMS by the calls before it: a busy core's first call 43% over made an
+        RMS of 0.20, and the hold it gave started a player that ran dry 1.7 s (``bench
+        playback``). (The latest as ``recent_overrun`` counts it: a short call's fixed cost
+        against the typical call.)"""
+        return max(self.overrun(), self._latest[0])
+
     def recent_overrun(self) -> float:
         """How far calls run over their forecast now: the more of the latest two calls'. A
         machine turning slower shows in the latest call first, and a short call on time does
@@ -141,19 +153,19 @@ class EngineRate:
         follows the engine, as WebRTC's jitter buffer follows the network), at most 2."""
         if (factor := self.margin(mode)) is not None:
             return factor
-        rule = min(2.0, max(floor, 1.0 + 2.0 * self.overrun()))
+        rule = min(2.0, max(floor, 1.0 + 2.0 * self.overrun_now()))
         return max(rule, self.margins.startup(mode))
 
     def learn(self, bucket: str, needed: float, floor: float) -> None:
         """A reply of ``bucket`` needed a stretch of ``needed`` (``margins.needed_stretch``);
         the rule before learning (``floor``: ``preroll_safety``) is what its first reply's
         margin is drawn towards (``Margins.factor``)."""
-        self.margins.observe(bucket, needed, self.overrun(), prior=max(floor, self.margins.startup(bucket)))
+        self.margins.observe(bucket, needed, self.overrun_now(), prior=max(floor, self.margins.startup(bucket)))
 
     def margin(self, bucket: str | None) -> float | None:
         """The stretch replies of ``bucket`` needed (None: the largest of any), widened while
         calls run further over their forecast than when it was learned; None until learned."""
-        over, m = self.overrun(), self.margins
+        over, m = self.overrun_now(), self.margins
         if bucket is not None:
             return m.factor(bucket, over)
         holds = (b for b in m.buckets() if not b.endswith(START))  # what the holds needed

@@ -6,11 +6,10 @@ player should hold; the stages tell it the audio made (``made``) and when the fi
 went out (``first_audio``). A batch reply has no listener yet (``live=False``): no waits, and
 the mode it was given for every segment.
 
-Across sessions it is what the engine's scheduler and budget read: ``deadline`` (when the
-listener runs dry: the player's estimated start, on its hold, its clock (``start_in_ms``) or
-as promised at admission, plus the audio made) and ``stream`` (the work its segments need,
-each with its deadline). Beside other listeners ``preroll_ms`` plays out everyone's work as
-the scheduler will (``budget.edf``): the work queued ahead counts, not only its own text.
+Across sessions the scheduler and budget read ``deadline`` (when the listener runs dry: its
+player's start, on its hold, clock or as promised, plus the audio made) and ``stream`` (the
+work its segments need, each with its deadline); beside other listeners ``preroll_ms`` plays
+out everyone's work as the scheduler will (``budget.edf``).
 """
 
 from __future__ import annotations
@@ -43,9 +42,8 @@ Placement = tuple[list[tuple[float, float, float]], float]  # pieces beside the 
 def preroll_ms(
     rate: EngineRate, settings: Settings, speed: float, texts: Sequence[str], held_s: float, modes: Sequence[str | None]
 ) -> int:
-    """Audio (ms) a player should hold before it starts or resumes, for ``texts`` still to
-    come (each synthesized in its mode of ``modes``) and ``held_s`` of audio it has not heard,
-    at the engine's live ``rate``; ``speed`` is the speaking rate asked for."""
+    """Audio (ms) a player should hold before it starts or resumes, for ``texts`` still to come
+    (each in its mode of ``modes``, at ``speed``) and ``held_s`` it has not heard, at ``rate``."""
     segments = forecast(texts, modes, rate, speed)
     bucket = (modes[0] if modes else None) or DEFAULT  # the margin learned for replies starting so
     return round(1000 * preroll_s(segments, held_s, rate.safety(settings.preroll_safety, bucket)))
@@ -135,11 +133,10 @@ class Listener:
     def stream(
         self, audio: Sequence[float], now: float, running: float | None, current: bool, anchored: bool = True
     ) -> Stream:
-        """The engine work of segments of ``audio`` s (``audio[0]`` the segment being made when
-        ``current``), each due when the listener would run dry without it; ``running``: the
-        compute left in this listener's call on the engine now. ``anchored``: a player that has
-        not started yet starts once it holds its preroll, whenever that audio comes (``edf.play``);
-        else at the start planned for it."""
+        """The engine work of segments of ``audio`` s (``audio[0]``: the one being made when
+        ``current``), each due when the listener runs dry without it; ``running``: the compute
+        left in its call on the engine now. ``anchored``: a player not started yet starts once
+        it holds its preroll (``edf.play``); else at the start planned for it."""
         rate, mode = self.engine_rate, self.later_mode()
         if self.budget is not None:
             k, fraction = self.budget.safety(), self.budget.first_fraction(mode)
@@ -178,8 +175,9 @@ class Listener:
 
     def buffered_s(self, playing: bool = False) -> float:
         """Audio made that the listener has not heard: all of it until the player starts (none
-        with ``playing``: a waiting player's next first chunk should come soonest), then what is
-        ahead of playback from that start; the option ``buffered_s`` (held before) plays first."""
+        with ``playing``, so the next segment's first chunk comes soonest, unless calls run over:
+        then the player waits for larger chunks, as with no clock start), then what is ahead of
+        playback from that start; the option ``buffered_s`` (held before) plays first."""
         if not self.live:
             return 0.0
         self._check_start()
@@ -187,23 +185,23 @@ class Listener:
         if held := self.options.buffered_s:
             return max(0.0, held + made - (self.clock() - self.t_created))
         if self.t_play is None:
-            return 0.0 if playing else made
+            return 0.0 if playing and not self.slowing() else made
         return max(0.0, made - (self.clock() - self.t_play))
 
     def mode_for(self, text: str) -> str | None:
         """The vocoder mode for this segment. ``frozen-first`` streams inside a segment only
         when it pays: a segment whose whole synthesis is forecast to finish while the listener
-        still has audio goes exact (less compute, exact sound), and so does every segment after
-        the first when even streamed synthesis is slower than real time (the player holds a
-        preroll then, and the exact path, which costs less, fills it sooner), and every
-        segment when the other listeners leave the engine no headroom for it."""
+        still has audio goes exact (less compute, exact sound); so does every later one for a
+        player still holding its preroll when even streaming is slower than real time (exact
+        fills the hold sooner; made whole, a busy core's 5.6 s sentence came 4.1 s later to a
+        player 2.4 s ahead), and every one when the others leave the engine no headroom."""
         if self.requested != VocoderMode.FROZEN_FIRST or not self.live:
             return self.requested
         rate = self.engine_rate
         need = rate.predict(VocoderMode.EXACT, rate.audio_s(text, self.options.speed))
         if self.buffered_s() >= rate.safety(self.settings.preroll_safety) * need:
             return VocoderMode.EXACT
-        if self.t_first_audio is not None and self.later_mode() == VocoderMode.EXACT:
+        if self.t_first_audio is not None and self.t_play is None and self.later_mode() == VocoderMode.EXACT:
             return VocoderMode.EXACT
         k = rate.safety(self.settings.preroll_safety)
         if self.budget is not None and not self.budget.headroom(self, k * rate.rtf(VocoderMode.FROZEN_FIRST)):
@@ -264,13 +262,12 @@ class Listener:
         """When (clock) a player not started yet, holding the audio made so far, can start and
         still have every forecast piece in time, where its ``hold`` would start it only on a
         later arrival (with whole segments, a segment's compute later). None if nothing is held
-        yet. Its stretch is what clock starts needed, at least ``preroll_safety`` (no arrival
-        rounds it up: on the replay, the learned margin alone stalled 10 of 216 replies). None
-        while calls run over their forecast by more than that floor's slack (no arrival confirms
-        a clock start: ``bench playback``'s busy core stalled 0.3-1.2 s on it)."""
+        yet, or while ``slowing`` (``bench playback``'s busy core stalled 0.3-1.2 s on it). Its
+        stretch is what clock starts needed, at least ``preroll_safety`` (no arrival rounds it
+        up: on the replay, the learned margin alone stalled 10 of 216 replies)."""
         rate, held, floor = self.engine_rate, self.samples / self.sample_rate, self.settings.preroll_safety
-        slowing = rate.recent_overrun() > floor - 1.0  # the machine slows: wait for the arrivals
-        if not self.live or self.t_play is not None or self.options.buffered_s or not held or hold <= 0 or slowing:
+        waiting = self.live and self.t_play is None and not self.options.buffered_s
+        if not waiting or not held or hold <= 0 or self.slowing():
             return None
         if shared is not None:  # where the scheduler serves it beside the others
             got = self._stretched(shared, started(SHARED))
@@ -280,6 +277,11 @@ class Listener:
         if not got or (early := earliest_start(got, held)) >= start_on(got, hold, held) - TIE_S:
             return None
         return self.clock() + early
+
+    def slowing(self) -> bool:
+        """Calls run over their forecast by more than ``preroll_safety``'s slack: no start
+        sooner than the arrivals confirm (a busy core's first slow call's hold was too small)."""
+        return self.engine_rate.recent_overrun() > self.settings.preroll_safety - 1.0
 
     def learn(self) -> None:
         """The reply is made: what its arrivals needed tunes the margins (``margins.py``). A
@@ -360,11 +362,8 @@ class Listener:
         horizon = self.settings.lookahead_s
         if not self.live or horizon <= 0 or self.t_first_audio is None:
             return
-        rate = self.engine_rate
-        need = sum(
-            rate.predict(self.requested, rate.audio_s(t, self.options.speed))
-            for t in list(pending)[: max(1, self.settings.lookahead)]
-        )
+        rate, ahead = self.engine_rate, list(pending)[: max(1, self.settings.lookahead)]
+        need = sum(rate.predict(self.requested, rate.audio_s(t, self.options.speed)) for t in ahead)
         excess = self.buffered_s() - horizon - rate.safety(self.settings.preroll_safety) * need
         if excess > 0:
             await asyncio.sleep(excess)
