@@ -18,6 +18,8 @@ import contextlib
 import multiprocessing
 import os
 import signal
+import subprocess
+import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -29,7 +31,7 @@ from bench.procs import ServerProcess
 from bench.servers import serve_app
 from gateway.ops.workers import WORKER_HEADER
 from gateway.web.app import make_app
-from gateway.web.limits import LocalSlots, SharedLimits
+from gateway.web.limits import LOCK_PREFIX, LocalSlots, SharedLimits
 from gateway.web.state import GATEWAY
 
 from .conftest import fake_settings
@@ -186,3 +188,24 @@ async def test_a_lock_held_by_a_stopped_then_killed_worker(table: SharedLimits) 
         table.clear_worker(1)  # as the supervisor does before the slot's next worker starts
         assert await outcome(await connect()) == "admitted"
         assert await outcome(await connect()) == "overloaded"
+
+
+def test_a_killed_supervisors_lock_file_is_swept_by_the_next_one(tmp_path: Any, monkeypatch: Any) -> None:
+    """A supervisor killed by SIGKILL cannot remove its lock file; the next one removes the
+    files whose supervisor is gone (the pid in the name) and keeps a live one's."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # its pid is free now (reused only after the kernel's pid range wraps)
+    stale = tmp_path / f"{LOCK_PREFIX}{dead.pid}-abc123.lock"
+    live = tmp_path / f"{LOCK_PREFIX}{os.getpid()}-def456.lock"
+    other = tmp_path / "gateway-limits-notapid.lock"
+    for f in (stale, live, other):
+        f.write_text("")
+    table = SharedLimits(workers=2, clients=8)
+    try:
+        assert not stale.exists() and live.exists() and other.exists()
+        assert os.path.dirname(table.lock_path) == str(tmp_path)
+        assert os.path.basename(table.lock_path).startswith(f"{LOCK_PREFIX}{os.getpid()}-")
+    finally:
+        table.close()
+    assert not os.path.exists(table.lock_path)

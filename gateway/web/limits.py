@@ -17,7 +17,8 @@ workers, and each worker counts in it (``WorkerSlots``):
   warning says so) rather than refused for others' sake.
 
 A take (a check, then the count) holds a lock shared by the workers for a few microseconds: an
-exclusive ``flock`` on a file the supervisor makes, which each process opens for itself. The
+exclusive ``flock`` on a file the supervisor makes, which each process opens for itself (its
+name carries the supervisor's pid: one killed by SIGKILL leaves it, and the next removes it). The
 event loop never waits on it: a take tries it without blocking and, while another process holds
 it, tries again after ``asyncio.sleep`` (``Admission`` bounds that wait by the queue timeout).
 The kernel frees a ``flock`` when its holder dies, so a worker killed while it held the lock
@@ -36,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import glob
 import hashlib
 import logging
 import multiprocessing
@@ -105,6 +107,33 @@ def client_key(client: str) -> int:
     return key or 1
 
 
+LOCK_PREFIX = "gateway-limits-"  # + the supervisor's pid: its lock file, in the temp folder
+
+
+def sweep_stale_locks(folder: str | None = None) -> list[str]:
+    """Remove the lock files of supervisors that are gone (one killed by SIGKILL cannot remove
+    its own: each left a file in the temp folder); returns their paths."""
+    folder = folder or tempfile.gettempdir()
+    gone = []
+    for path in glob.glob(os.path.join(glob.escape(folder), f"{LOCK_PREFIX}*-*.lock")):
+        pid = os.path.basename(path)[len(LOCK_PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+                gone.append(path)
+    return gone
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
 class SharedLimits:
     """The table in shared memory; made by the supervisor, handed to each worker at its start
     (``spawn`` pickles the arrays into the child as shared, not as copies, and the lock file's
@@ -113,7 +142,8 @@ class SharedLimits:
     def __init__(self, workers: int, clients: int = CLIENT_SLOTS) -> None:
         ctx = multiprocessing.get_context("spawn")
         self.workers, self.clients = workers, clients
-        fd, self.lock_path = tempfile.mkstemp(prefix="gateway-limits-", suffix=".lock")
+        sweep_stale_locks()
+        fd, self.lock_path = tempfile.mkstemp(prefix=f"{LOCK_PREFIX}{os.getpid()}-", suffix=".lock")
         os.close(fd)
         self._fd: int | None = None  # this process's own open file: a flock is per open file,
         self._fd_pid = 0  # so a forked child, which shares its parent's, opens its own
