@@ -29,6 +29,7 @@ from gateway.engines.fake import fake_duration_s
 
 from .support.engines import ModalFake
 from .support.listeners_sim import Engine, Heard, sim_settings
+from .support.sessions import spoken
 from .support.virtual_time import run_virtual
 from .test_budget import RATE, Clock, listener, steady_rate
 
@@ -169,16 +170,10 @@ def test_a_player_waiting_for_its_hold_gets_the_next_segments_first_chunk_soones
 
     async def reply(hub: SynthesisHub, engine: ModalFake, settings: Settings) -> tuple[int, list[float]]:
         options = parse_options({"text": REPLY, "cache": False}, settings, engine)
-        session, asked = StreamSession(engine, options, settings, hub=hub), len(engine.asked)
-        try:
-            preroll = session.ready_fields()["preroll_ms"]
-            session.push_text(options.text)
-            session.end()
-            events = [e async for e in session.events()]
-        finally:
-            await session.aclose()
+        asked = len(engine.asked)
+        ready, events = await spoken(StreamSession(engine, options, settings, hub=hub), options.text)
         assert events[-1].type == "done", events[-1]
-        return preroll, [b for _, b in engine.asked[asked:]]
+        return ready["preroll_ms"], [b for _, b in engine.asked[asked:]]
 
     async def main(rtf: float) -> tuple[int, list[float]]:
         settings = sim_settings(rtf)

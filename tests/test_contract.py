@@ -26,6 +26,7 @@ from gateway.web.container import STREAM_PATH, make_container_app
 
 from .conftest import Server, fake_settings
 from .support.engines import ModalFake
+from .support.sessions import spoken
 
 # one request fault each, and the one code every channel answers it with
 FAULTS = [
@@ -153,14 +154,8 @@ async def test_the_core_reads_no_engine_setting_and_takes_the_default_mode_from_
     core = OnlyCoreSettings(settings)
     engine = ModalFake(settings, ("exact", "frozen"), "frozen")  # the settings say frozen-first; the engine frozen
     options = parse_options({"text": "Hello there. How are you?"}, core, engine)  # type: ignore[arg-type]
-    session = StreamSession(engine, options, core)  # type: ignore[arg-type]
-    try:
-        assert session.ready_fields()["vocoder"] == "frozen"
-        session.push_text(options.text)
-        session.end()
-        events = [e async for e in session.events()]
-    finally:
-        await session.aclose()
+    ready, events = await spoken(StreamSession(engine, options, core), options.text)  # type: ignore[arg-type]
+    assert ready["vocoder"] == "frozen"
     assert events[-1].type == "done", events[-1]
     modes = [mode for mode, _ in engine.asked]
     assert modes and set(modes) == {"frozen"}
