@@ -169,7 +169,7 @@ async def test_ready_carries_preroll_ms_for_the_text_it_was_given(start_server, 
 
 def test_safety_grows_when_calls_run_over_their_forecast() -> None:
     rate = EngineRate(forget=0.7)
-    for _ in range(6):
+    for _ in range(7):
         rate.observe("exact", 2.0, 1.0, 1.0)
     assert rate.safety(1.15) == 1.15  # steady: the floor
     for wall in (1.6, 0.9, 1.8, 1.0):

@@ -68,7 +68,7 @@ class EngineRate:
             return
         m = self._modes.setdefault(mode or DEFAULT, _Mode(CostModel(self.forget)))
         f = self.forget
-        if m.calls:  # how wrong the forecast was, before this call moves it
+        if m.calls > 1:  # how wrong the forecast was, before this call moves it (a line: two calls)
             predicted = max(m.costs.predict(audio_s), 1e-6)  # type: ignore[arg-type]
             tw, tp = self._typical
             self._typical = [tw * f + 1.0, tp * f + predicted]
@@ -102,6 +102,10 @@ class EngineRate:
     def measured(self, mode: str | None = None) -> bool:
         """Has the engine made anything yet (in any mode: the same engine)?"""
         return self._mode(mode) is not None
+
+    def seen(self, mode: str | None) -> bool:
+        """Has ``mode`` itself made anything (not only another mode of the engine)?"""
+        return (mode or DEFAULT) in self._modes
 
     def rtf(self, mode: str | None = None) -> float:
         """Recent wall seconds per audio second (the prior until something was measured)."""

@@ -302,7 +302,6 @@ class Listener:
     ) -> Plan:
         """The forecast a reply starts with, as the preroll it gives at each stretch (and, made
         on the prior rate, its texts and modes, to forecast again once the engine is measured)."""
-        measured = self.engine_rate.measured(mode)
         if shared is not None:
             got, k = shared
             return Plan(
@@ -312,7 +311,7 @@ class Listener:
                 lambda s: earliest_start(scaled(got, s / k)),
             )
         segments = forecast(texts, modes, self.engine_rate, self.options.speed)
-        again = None if measured else (list(texts), list(modes))
+        again = None if all(map(self.engine_rate.seen, [mode, *modes])) else (list(texts), list(modes))
         return Plan.of(segments, self.clock(), mode or DEFAULT, again)
 
     def shared_preroll_s(self, texts: Sequence[str]) -> float | None:
