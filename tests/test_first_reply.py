@@ -99,6 +99,24 @@ def test_overruns_beyond_those_a_margin_was_learned_with_widen_it() -> None:
     assert widened > 1.3 and rate.margin(None) == pytest.approx(widened)
 
 
+def test_a_learned_margin_is_never_below_what_calls_run_over_now() -> None:
+    """Replies that needed a stretch of 1.0 teach a margin of about 1.0 whatever the calls'
+    noise, when whole segments gave them slack; the next reply may have none (a streamed first
+    segment told 0). On a noisy host (calls 10-15% over their forecast, learned with that noise,
+    so no widening) a streamed first segment told 0 on such a margin stalled 0.17 s (``bench
+    listeners``). The margin is never below 1 + the calls' overrun now."""
+    rate = EngineRate(forget=0.8)
+    for wall in (1.0, 1.0, 1.24, 1.0, 1.24, 1.0, 1.24):  # every other call 24% over
+        rate.observe("exact", 2.0, wall, wall)
+    rate.settle()
+    over = rate.overrun_now()
+    assert 0.1 < over < 0.2
+    for _ in range(3):
+        rate.margins.observe("exact", 1.0, over)  # replies on this noise that needed 1.0
+    assert rate.safety(1.15, "exact") == pytest.approx(1.0 + over)
+    assert rate.margins.factor("exact") == pytest.approx(1.0, abs=0.1)  # without the calls' overrun
+
+
 def test_the_warm_up_replaces_the_prior_overrun_with_what_it_measured() -> None:
     """Without a warm-up (``speed_warmup_text`` empty) the first reply keeps the prior rule
     (``settle`` with nothing measured changes nothing); after one, the rule before learning

@@ -162,13 +162,14 @@ class Margins:
         self._sums[bucket] = [w * f + 1.0, s * f + needed, sq * f + needed * needed, o * f + overrun]
         self._replies[bucket] = self._replies.get(bucket, 0) + 1
 
-    def factor(self, bucket: str, overrun: float | None = None, prior: bool = True) -> float | None:
+    def factor(self, bucket: str, overrun: float | None = None, prior: bool = True, floor: float = LOW) -> float | None:
         """The learned stretch for ``bucket`` (None until ``MIN_REPLIES`` replies were seen).
         With the calls' ``overrun`` now: widened by as much as they run over their forecast
         beyond what they did while it was learned (1 + 2 x overrun, as the rule before any
         margin), so a margin learned on an idle machine does not hold once the machine is seen
         to slow down, until replies on the busy machine teach it. With ``prior``: drawn towards
-        the rule before learning by its pseudo-reply's weight (``forget`` per reply since)."""
+        the rule before learning by its pseudo-reply's weight (``forget`` per reply since). Never
+        below ``floor`` (``EngineRate.margin``: 1 + what the calls measured run over now)."""
         if self._replies.get(bucket, 0) < MIN_REPLIES:
             return None
         w, s, sq, o = self._sums[bucket]
@@ -178,7 +179,7 @@ class Margins:
         learned = mean + 2.0 * spread
         pw, p = self._prior.get(bucket, (0.0, 0.0)) if prior else (0.0, 0.0)
         learned = (w * learned + pw * p) / (w + pw)
-        return min(HIGH, max(LOW, learned + wider))
+        return min(HIGH, max(LOW, learned + wider, floor))
 
     def buckets(self) -> list[str]:
         return [b for b in self._sums if self._replies.get(b, 0) >= MIN_REPLIES]
