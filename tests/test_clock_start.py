@@ -27,7 +27,7 @@ from gateway.core.stream import StreamSession
 from gateway.core.synthesis import SynthesisHub
 from gateway.engines.fake import fake_duration_s
 
-from .support.engines import ModalFake
+from .support.engines import JitteryFake, ModalFake
 from .support.listeners_sim import Engine, Heard, sim_settings
 from .support.sessions import spoken
 from .support.virtual_time import run_virtual
@@ -200,3 +200,23 @@ def test_while_calls_run_over_a_waiting_player_is_told_to_the_engine_as_holding_
     assert waits.t_play is None and waits.buffered_s(playing=True) == 0.0
     rate.observe(None, 2.0, 1.4 * rate.predict(None, 2.0), 1.4, chars=20)  # 40% over
     assert waits.slowing() and waits.buffered_s(playing=True) == 1.0
+
+
+@pytest.mark.parametrize("rtf", [0.5, 0.7])
+def test_clock_starts_allow_for_the_slowest_recent_call(rtf: float) -> None:
+    """Whole segments on a host whose calls vary: one in five 25% slower than the mean, one
+    25% faster. A clock start has no arrival to round it up, so the call after it decides:
+    stretched by the calls' RMS overrun (about 0.1 here), starts came 0.12-0.17 s early and ran
+    dry; a player that runs dry then waits for a new hold (0.74-2.2 s on ``bench listeners``
+    and this replay at RTF 0.9). Now at least 1 + 2 x the most a recent call ran over
+    (``EngineRate.peak``): eight replies, no stall, clock starts still offered."""
+
+    async def main() -> list[Heard]:
+        settings = sim_settings(rtf, WHOLE)
+        engine = Engine(settings, JitteryFake(settings, [rtf * p for p in (1.25, 1.0, 1.0, 0.75, 1.0)]))
+        await engine.warm()
+        return [await engine.listen(paragraph(k)) for k in range(8)]
+
+    heard = run_virtual(main)
+    assert all(h.outcome == "admitted" and h.stalls == 0 for h in heard), heard
+    assert any(h.start_ins_ms for h in heard), heard

@@ -27,6 +27,7 @@ from .margins import START, Margins
 DEFAULT = "default"  # the key of engines without vocoder modes (and of an unnamed mode)
 PRIOR_RTF = 1.0  # before any measurement: assume real time, the pessimistic side of most hosts
 PRIOR_OVERRUN = 0.3  # see EngineRate._prior
+PEAK_FORGET = 0.9  # per call, see EngineRate.peak
 PRIOR_S_PER_CHAR = 0.065  # audio seconds per character of English at speed 1 (Kokoro, measured)
 
 
@@ -59,6 +60,7 @@ class EngineRate:
         self.margins = Margins()
         self._latest = (0.0, 0.0)  # how far the latest two calls ran over their forecast (0.3: 30%)
         self._typical = [0.0, 0.0]  # decayed weight and sum of the calls' forecast seconds
+        self._peak = 0.0  # the most a recent call ran over its forecast (``peak``)
 
     def observe(
         self, mode: str | None, audio_s: float, wall_s: float, first_s: float, *, chars: int = 0, speed: float = 1.0
@@ -82,6 +84,7 @@ class EngineRate:
             # little: ``bench playback`` stalled 3.2 s)
             shrunk = max(0.0, wall_s - predicted) / max(predicted, self._typical[1] / self._typical[0])
             self._latest = (shrunk, self._latest[0])
+            self._peak = max(over, self._peak * PEAK_FORGET)
             self._prior = [self._prior[0] * f, self._prior[1]]
         m.costs.observe(audio_s, wall_s)  # type: ignore[arg-type]  # the line takes any number
         m.wall, m.audio = m.wall * f + wall_s, m.audio * f + audio_s
@@ -133,6 +136,18 @@ class EngineRate:
         against the typical call.)"""
         return max(self.overrun(), self._latest[0])
 
+    def noise(self) -> float:
+        """How far the calls measured run over their forecast now: ``overrun_now`` without the
+        prior's pseudo-call (0.0 until two calls of a mode were compared)."""
+        w, sq = self._overrun
+        return max((sq / w) ** 0.5 if w > 0 else 0.0, self._latest[0])
+
+    def peak(self) -> float:
+        """The most a recent call ran over its forecast (0.25: 25%), each call since making it
+        count ``PEAK_FORGET`` times less: the RMS (``noise``) says how far calls run over on
+        average, this how far the next one may."""
+        return self._peak
+
     def recent_overrun(self) -> float:
         """How far calls run over their forecast now: the more of the latest two calls'. A
         machine turning slower shows in the latest call first, and a short call on time does
@@ -172,9 +187,7 @@ class EngineRate:
         Never below 1 + how far the calls measured run over now (not the prior's): replies that
         needed 1.0 had slack the next may lack (a streamed first segment told 0 on a margin of
         1.0 stalled 0.17 s on ``bench listeners`` while calls ran 10-15% over)."""
-        over, m = self.overrun_now(), self.margins
-        w, sq = self._overrun
-        floor = 1.0 + max((sq / w) ** 0.5 if w > 0 else 0.0, self._latest[0])
+        over, m, floor = self.overrun_now(), self.margins, 1.0 + self.noise()
         if bucket is not None:
             return m.factor(bucket, over, floor=floor)
         holds = (b for b in m.buckets() if not b.endswith(START))  # what the holds needed

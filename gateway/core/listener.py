@@ -4,12 +4,11 @@ One ``Listener`` per reply. Before each segment the synthesis stage asks it whet
 (``lookahead_s``), which vocoder mode the segment gets (``mode_for``) and what ``preroll_ms`` a
 player should hold; the stages tell it the audio made (``made``) and when the first payload
 went out (``first_audio``). A batch reply has no listener yet (``live=False``): no waits, and
-the mode it was given for every segment.
-
-Across sessions the scheduler and budget read ``deadline`` (when the listener runs dry: its
-player's start, on its hold, clock or as promised, plus the audio made) and ``stream`` (the
-work its segments need, each with its deadline); beside other listeners ``preroll_ms`` plays
-out everyone's work as the scheduler will (``budget.edf``).
+the mode it was given for every segment. Across sessions the scheduler and budget read
+``deadline`` (when the listener runs dry: its player's start, on its hold, clock or as
+promised, plus the audio made) and ``stream`` (the work its segments need, each with its
+deadline); beside other listeners ``preroll_ms`` plays out everyone's work as the scheduler
+will (``budget.edf``).
 """
 
 from __future__ import annotations
@@ -261,26 +260,29 @@ class Listener:
     ) -> float | None:
         """When (clock) a player not started yet, holding the audio made so far, can start and
         still have every forecast piece in time, where its ``hold`` would start it only on a
-        later arrival (with whole segments, a segment's compute later). None if nothing is held
-        yet, or while ``slowing`` (``bench playback``'s busy core stalled 0.3-1.2 s on it). Its
-        stretch is what clock starts needed, at least ``preroll_safety`` (no arrival rounds it
-        up: on the replay, the learned margin alone stalled 10 of 216 replies)."""
+        later arrival (whole segments: a call later). None if nothing is held, or while
+        ``slowing``. No arrival rounds it up, so: stretched by what clock starts needed, at
+        least ``preroll_safety`` and 1 + 2 x ``noise``, and the next call at its ``peak`` (a
+        start 70 ms early ran dry and waited 0.74-2.2 s for its hold: docs/SCHEDULING.md)."""
         rate, held, floor = self.engine_rate, self.samples / self.sample_rate, self.settings.preroll_safety
         waiting = self.live and self.t_play is None and not self.options.buffered_s
         if not waiting or not held or hold <= 0 or self.slowing():
             return None
+        least = max(floor, 1.0 + 2.0 * rate.noise())
         if shared is not None:  # where the scheduler serves it beside the others
-            got = self._stretched(shared, started(SHARED))
+            got = self._stretched(shared, started(SHARED), max(least, 1.0 + 2.0 * rate.peak()))
         else:
-            k = max(floor, rate.safety(floor, started((modes[0] if modes else None) or DEFAULT)))
-            got = arrivals(forecast(texts, modes, rate, self.options.speed), k)
+            k = max(least, rate.safety(floor, started((modes[0] if modes else None) or DEFAULT)))
+            segments = forecast(texts, modes, rate, self.options.speed)
+            late = rate.peak() * k * segments[0].compute_s if segments else 0.0  # one call at its peak
+            got = [(at + late, audio, pos) for at, audio, pos in arrivals(segments, k)]
         if not got or (early := earliest_start(got, held)) >= start_on(got, hold, held) - TIE_S:
             return None
         return self.clock() + early
 
     def slowing(self) -> bool:
         """Calls run over their forecast by more than ``preroll_safety``'s slack: no start
-        sooner than the arrivals confirm (a busy core's first slow call's hold was too small)."""
+        sooner than the arrivals confirm (a busy core's first slow call made holds too small)."""
         return self.engine_rate.recent_overrun() > self.settings.preroll_safety - 1.0
 
     def learn(self) -> None:
@@ -322,12 +324,12 @@ class Listener:
         shared = self._shared_pieces(texts)
         return None if shared is None else preroll_from(self._stretched(shared, SHARED), self.buffered_s())
 
-    def _stretched(self, shared: Placement, bucket: str) -> list[tuple[float, float, float]]:
+    def _stretched(self, shared: Placement, bucket: str, least: float = 0.0) -> list[tuple[float, float, float]]:
         """``_shared_pieces`` stretched by the margin ``bucket`` learned (before it learned
-        anything, what any reply's hold needed) where that is more than the budget's."""
+        anything, what any reply's hold needed), at least ``least``, where more than the budget's."""
         got, k = shared
-        learned = self.engine_rate.margin(bucket) or self.engine_rate.margin(None)
-        return scaled(got, learned / k) if learned and learned > k else got
+        learned = max(self.engine_rate.margin(bucket) or self.engine_rate.margin(None) or 0.0, least)
+        return scaled(got, learned / k) if learned > k else got
 
     def _shared_pieces(self, texts: Sequence[str]) -> Placement | None:
         """(arrival, audio, position) of this reply's segments where the scheduler will serve

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import dataclasses
+import itertools
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
 from gateway.engines.fake import FakeEngine
@@ -46,3 +48,18 @@ class ModalFake(FakeEngine):
     ) -> AsyncIterator[bytes | WordTimes]:
         self.asked.append((vocoder, buffered_s))
         return super().synthesize(text, voice=voice, speed=speed, timestamps=timestamps)
+
+
+class JitteryFake(FakeEngine):
+    """The fake engine on a host whose speed varies from call to call: each call computes at
+    the next pace of ``paces`` (seconds per audio second), in a cycle."""
+
+    def __init__(self, settings: Any, paces: Sequence[float]) -> None:
+        super().__init__(settings)
+        self.paces = itertools.cycle(paces)
+
+    def _compute(
+        self, text: str, voice: str, speed: float, timestamps: bool
+    ) -> AsyncGenerator[bytes | WordTimes, None]:
+        self.options = dataclasses.replace(self.options, rtf=next(self.paces))
+        return super()._compute(text, voice, speed, timestamps)

@@ -75,9 +75,9 @@ def sim_settings(rtf: float, chunk_ms: int = 100, **changes: Any) -> Settings:
 class Engine:
     """One fake engine and its hub on the running (virtual-time) loop."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, engine: FakeEngine | None = None) -> None:
         self.settings = settings
-        self.engine = FakeEngine(settings)
+        self.engine = engine or FakeEngine(settings)
         self.hub = SynthesisHub(
             self.engine,
             cache_mb=0.0,
