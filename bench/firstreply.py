@@ -189,7 +189,7 @@ def render_browser(out: dict[str, Any]) -> str:
             f"{r['sound_ms']:.0f}",
             "/".join(map(str, o["batches_ms"])),
             f"{r['start_vs_batch']:.2f}",
-            r["gaps"],
+            f"{r['gaps']} ({sum(r.get('gaps_ms', []))} ms)" if r["gaps"] else "0",
             f"{r['browser_cores']:.2f}",
         ]
         for o in out["orders"]

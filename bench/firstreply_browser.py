@@ -50,6 +50,7 @@ async def _press(page: Any) -> dict[str, Any]:
             "prerolls_ms": [e[2]["ms"] for e in runs[n]["timeline"] if e[1] == "preroll"],
             "browser_cores": round(cores, 2),
             "gaps": len(runs[n]["gaps"]),
+            "gaps_ms": [round(g["ms"]) for g in runs[n]["gaps"]],  # each one the listener heard
             "error": runs[n]["error"],
         }
         for n in ("sse", "ws")

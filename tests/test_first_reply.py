@@ -185,3 +185,20 @@ def test_a_reply_forecast_before_its_mode_ran_is_learned_from_that_modes_own_cal
     rate.observe("exact", 2.0, 1.0, 1.0, chars=20)
     reply.learn()
     assert rate.margins.snapshot()["frozen-first"] <= 1.15  # drawn towards the rule: 1.0 needed
+
+
+def test_before_margins_are_learned_the_stretch_allows_for_the_slowest_recent_call() -> None:
+    """Three or four calls on an idle machine cannot say how noisy it is: the warm-up's calls'
+    RMS overrun (one call in five 25% over: about 0.1) stretched the first reply 1.2x, and in
+    Chromium on a busy host a first reply ran dry for 1.15 s. The rule before learning allows
+    for the most a recent call ran over (``EngineRate.peak``), and a bucket's first learned
+    margin is drawn towards that rule, not towards ``preroll_safety`` alone (a second press of
+    Play both ran dry too)."""
+    rate = EngineRate()
+    for audio, slower in ((3.5, 1.0), (0.64, 1.0), (1.13, 1.0), (2.0, 1.25), (1.5, 1.0), (0.9, 1.0)):
+        rate.observe("exact", audio, (0.2 + 0.34 * audio) * slower, 0.0)
+    rate.settle()
+    assert rate.noise() < 0.15 and rate.peak() > 0.15
+    assert rate.safety(1.15, "exact") == pytest.approx(1.0 + 2.0 * rate.peak()) and rate.safety(1.15) > 1.3
+    rate.learn("exact", 1.0, 1.15)  # the first reply needed no stretch
+    assert rate.margins.snapshot()["exact"] > 1.15  # drawn towards the rule of 1.3+

@@ -158,8 +158,9 @@ class EngineRate:
 
     def settle(self) -> None:
         """The start-up warm-up is done: the overruns its calls measured (if any) stand for the
-        machine from now on, the prior's pseudo-call no longer; the stretch its replies needed
-        bounds the rule before learning from below (``Margins.settle``)."""
+        machine from now on, the prior's pseudo-call no longer (with their ``peak``: a few calls
+        on time cannot say how noisy the machine is); the stretch its replies needed bounds the
+        rule before learning from below (``Margins.settle``)."""
         if self._overrun[0] > 0:
             self._prior = [0.0, 0.0]
         self.margins.settle()
@@ -169,17 +170,24 @@ class EngineRate:
         learned for ``mode`` (None: the largest learned; widened by overruns beyond those it
         was learned with: ``margin``); until then ``floor`` on a steady
         machine, more when calls have been running over their forecast (a player's buffer that
-        follows the engine, as WebRTC's jitter buffer follows the network), at most 2."""
+        follows the engine, as WebRTC's jitter buffer follows the network): 1 + 2 x their
+        overrun, or their recent ``peak`` (the warm-up's calls 3-25% over on a busy host, a first
+        reply on their RMS alone ran dry in Chromium), at most 2."""
         if (factor := self.margin(mode)) is not None:
             return factor
-        rule = min(2.0, max(floor, 1.0 + 2.0 * self.overrun_now()))
-        return max(rule, self.margins.startup(mode))
+        return self._rule(floor, mode, self.overrun_now())
+
+    def _rule(self, floor: float, bucket: str | None, over: float) -> float:
+        """The stretch before any margin is learned (``safety``), with the calls' ``over``."""
+        return max(min(2.0, max(floor, 1.0 + 2.0 * max(over, self._peak))), self.margins.startup(bucket))
 
     def learn(self, bucket: str, needed: float, floor: float) -> None:
         """A reply of ``bucket`` needed a stretch of ``needed`` (``margins.needed_stretch``);
-        the rule before learning (``floor``: ``preroll_safety``) is what its first reply's
-        margin is drawn towards (``Margins.factor``)."""
-        self.margins.observe(bucket, needed, self.overrun_now(), prior=max(floor, self.margins.startup(bucket)))
+        the rule before learning (``safety`` before any margin, on the calls' measured overruns:
+        ``floor``, the warm-up's, 1 + 2 x ``noise`` or ``peak``) is what its first reply's margin
+        is drawn towards (``Margins.factor``; ``floor`` and the warm-up's alone, a second press
+        of Play both ran dry in Chromium on a busy host)."""
+        self.margins.observe(bucket, needed, self.overrun_now(), prior=self._rule(floor, bucket, self.noise()))
 
     def margin(self, bucket: str | None) -> float | None:
         """The stretch replies of ``bucket`` needed (None: the largest of any), widened while
