@@ -102,10 +102,6 @@ class EngineRate:
             m = max(self._modes.values(), key=lambda x: x.calls)
         return m
 
-    def measured(self, mode: str | None = None) -> bool:
-        """Has the engine made anything yet (in any mode: the same engine)?"""
-        return self._mode(mode) is not None
-
     def seen(self, mode: str | None) -> bool:
         """Has ``mode`` itself made anything (not only another mode of the engine)?"""
         return (mode or DEFAULT) in self._modes
@@ -122,9 +118,10 @@ class EngineRate:
             return self.prior_rtf * audio_s
         return max(m.costs.predict(audio_s), 0.0)  # type: ignore[arg-type]
 
-    def overrun(self) -> float:
-        """RMS of how far recent calls (any mode) ran over their forecast: 0.0 when on time."""
-        (w, sq), (pw, psq) = self._overrun, self._prior
+    def overrun(self, prior: bool = True) -> float:
+        """RMS of how far recent calls (any mode) ran over their forecast: 0.0 when on time.
+        ``prior``: with the prior's pseudo-call (until calls and ``settle`` replace it)."""
+        (w, sq), (pw, psq) = self._overrun, self._prior if prior else (0.0, 0.0)
         return ((sq + pw * psq) / (w + pw)) ** 0.5 if w + pw > 0 else 0.0
 
     def overrun_now(self) -> float:
@@ -139,8 +136,7 @@ class EngineRate:
     def noise(self) -> float:
         """How far the calls measured run over their forecast now: ``overrun_now`` without the
         prior's pseudo-call (0.0 until two calls of a mode were compared)."""
-        w, sq = self._overrun
-        return max((sq / w) ** 0.5 if w > 0 else 0.0, self._latest[0])
+        return max(self.overrun(prior=False), self._latest[0])
 
     def peak(self) -> float:
         """The most a recent call ran over its forecast (0.25: 25%), each call since making it
