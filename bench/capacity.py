@@ -115,6 +115,7 @@ class PacedFakeEngine(FakeEngine):
         speed: float,
         vocoder: str | None = None,
         buffered_s: float = 0.0,
+        waiting: bool = False,
         timestamps: bool = False,
     ) -> AsyncIterator[bytes | WordTimes]:
         rtf = self.settings.fake_rtf

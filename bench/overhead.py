@@ -83,6 +83,7 @@ class TimedEngine:
         speed: float,
         vocoder: str | None = None,
         buffered_s: float = 0.0,
+        waiting: bool = False,
         timestamps: bool = False,
     ) -> AsyncIterator[bytes | WordTimes]:
         if self.split_bytes:
@@ -90,7 +91,13 @@ class TimedEngine:
         call = {"t_call": time.perf_counter(), "t_first": None, "first_samples": 0}
         self.calls.append(call)
         inner = self.inner.synthesize(
-            text, voice=voice, speed=speed, vocoder=vocoder, buffered_s=buffered_s, timestamps=timestamps
+            text,
+            voice=voice,
+            speed=speed,
+            vocoder=vocoder,
+            buffered_s=buffered_s,
+            waiting=waiting,
+            timestamps=timestamps,
         )
         async with contextlib.aclosing(inner) as chunks:
             async for pcm in chunks:

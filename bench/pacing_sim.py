@@ -48,7 +48,15 @@ class SimRunner:
         self.windows: list[int] = []
 
     def run(
-        self, start: int, stop: int, *, exact: bool, to_end: bool = False, lead: int = 0, left: int | None = None
+        self,
+        start: int,
+        stop: int,
+        *,
+        exact: bool,
+        to_end: bool = False,
+        lead: int = 0,
+        left: int | None = None,
+        whole_front: bool = True,  # (the exact front's cost is not simulated)
     ) -> tuple[np.ndarray, int]:
         ctx = self.policy.context
         lo = max(0, start - max(ctx if left is None else left, 1 if lead else 0))

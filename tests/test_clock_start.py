@@ -165,41 +165,42 @@ def test_a_player_waiting_for_its_hold_gets_the_next_segments_first_chunk_soones
     engine opened the next segment with a chunk that came just before that audio would have
     run out, and the player waited for it (``bench listeners``: "Done." then a 2.5 s sentence
     started 1.06 s where 0.53 s played through). Slower than real time, the player waits
-    through the first segments: the engine is told it holds nothing; faster, it plays at once.
-    (The second of two replies: the first measures the engine.)"""
+    through the first segments: the engine is told it waits (``waiting``: the opening chunk
+    soonest) and what it holds (for the chunks after it: tests/test_pacing.py); faster, it
+    plays at once, with what it has ahead. (The second of two replies: the first measures the engine.)"""
 
-    async def reply(hub: SynthesisHub, engine: ModalFake, settings: Settings) -> tuple[int, list[float]]:
+    async def reply(hub: SynthesisHub, engine: ModalFake, settings: Settings) -> tuple[int, list[tuple[float, bool]]]:
         options = parse_options({"text": REPLY, "cache": False}, settings, engine)
         asked = len(engine.asked)
         ready, events = await spoken(StreamSession(engine, options, settings, hub=hub), options.text)
         assert events[-1].type == "done", events[-1]
-        return ready["preroll_ms"], [b for _, b in engine.asked[asked:]]
+        return ready["preroll_ms"], [(b, w) for (_, b), w in zip(engine.asked[asked:], engine.waiting[asked:])]
 
-    async def main(rtf: float) -> tuple[int, list[float]]:
+    async def main(rtf: float) -> tuple[int, list[tuple[float, bool]]]:
         settings = sim_settings(rtf)
         engine = ModalFake(settings)
         hub = SynthesisHub(engine, cache_mb=0.0, settings=settings, clock=asyncio.get_running_loop().time)
         await reply(hub, engine, settings)
         return await reply(hub, engine, settings)
 
-    preroll, held = run_virtual(lambda: main(1.3))
-    assert preroll > 1000 * fake_duration_s(FIRST) and held[1] == 0.0, (preroll, held)
-    preroll, held = run_virtual(lambda: main(0.2))
-    assert preroll == 0 and held[1] > 0.15, (preroll, held)  # it plays: what it has ahead
+    preroll, told = run_virtual(lambda: main(1.3))
+    assert preroll > 1000 * fake_duration_s(FIRST) and told[1] == (fake_duration_s(FIRST), True), (preroll, told)
+    preroll, told = run_virtual(lambda: main(0.2))
+    assert preroll == 0 and told[1][0] > 0.15 and not told[1][1], (preroll, told)  # it plays: what it has ahead
 
 
-def test_while_calls_run_over_a_waiting_player_is_told_to_the_engine_as_holding_its_audio() -> None:
-    """The engine is told a waiting player holds nothing only while the calls keep to their
-    forecast: the first chunk that comes soonest starts the player on the hold the forecast
-    gave, too soon when the machine slows (a busy core's first slow call: ``bench playback``
-    stalled 1.5-3.2 s in 5 of 6 runs that way, none in 2 of 2 runs telling the audio held)."""
+def test_while_calls_run_over_a_waiting_player_is_told_to_the_engine_as_playing() -> None:
+    """The engine is told a player waits (its next first chunk soonest) only while the calls
+    keep to their forecast: that chunk starts the player on the hold the forecast gave, too
+    soon when the machine slows (a busy core's first slow call: ``bench playback`` stalled
+    1.5-3.2 s in 5 of 6 runs that way, none in 2 of 2 runs with larger first chunks)."""
     clock, rate = Clock(), steady_rate(0.5)
     waits = listener(rate, clock)
     waits.tell(2.0)
     waits.made(RATE)
-    assert waits.t_play is None and waits.buffered_s(playing=True) == 0.0
+    assert waits.t_play is None and waits.waiting() and waits.buffered_s() == 1.0
     rate.observe(None, 2.0, 1.4 * rate.predict(None, 2.0), 1.4, chars=20)  # 40% over
-    assert waits.slowing() and waits.buffered_s(playing=True) == 1.0
+    assert waits.slowing() and not waits.waiting() and waits.buffered_s() == 1.0
 
 
 @pytest.mark.parametrize("rtf", [0.5, 0.7])

@@ -46,6 +46,7 @@ class HeldEngine(FakeEngine):
         speed: float,
         vocoder: str | None = None,
         buffered_s: float = 0.0,
+        waiting: bool = False,
         timestamps: bool = False,
     ) -> AsyncIterator[bytes | WordTimes]:
         words = text.split()

@@ -215,6 +215,7 @@ class TwoPieceEngine(FakeEngine):
         speed: float,
         vocoder: str | None = None,
         buffered_s: float = 0.0,
+        waiting: bool = False,
         timestamps: bool = False,
     ) -> AsyncIterator[bytes | WordTimes]:
         words, at = text.split(), 0

@@ -1,14 +1,12 @@
 """What the listener holds, and the schedule that follows from it and the engine's live rate.
 
 One ``Listener`` per reply. Before each segment the synthesis stage asks it whether to wait
-(``lookahead_s``), which vocoder mode the segment gets (``mode_for``) and what ``preroll_ms`` a
-player should hold; the stages tell it the audio made (``made``) and when the first payload
-went out (``first_audio``). A batch reply has no listener yet (``live=False``): no waits, and
-the mode it was given for every segment. Across sessions the scheduler and budget read
-``deadline`` (when the listener runs dry: its player's start, on its hold, clock or as
-promised, plus the audio made) and ``stream`` (the work its segments need, each with its
-deadline); beside other listeners ``preroll_ms`` plays out everyone's work as the scheduler
-will (``budget.edf``).
+(``lookahead_s``), the segment's vocoder mode (``mode_for``), the ``preroll_ms`` a player should
+hold and the engine's hints (``buffered_s``, ``waiting``); the stages tell it the audio made
+(``made``) and the first payload's time (``first_audio``). A batch reply is not ``live``: no
+waits, the mode it was given. The scheduler and budget read ``deadline`` (when the listener
+runs dry) and ``stream`` (its segments' work and deadlines); beside other listeners
+``preroll_ms`` plays out everyone's work as the scheduler will (``budget.edf``).
 """
 
 from __future__ import annotations
@@ -172,28 +170,31 @@ class Listener:
     def audio_of(self, texts: Sequence[str]) -> list[float]:
         return [self.engine_rate.audio_s(t, self.options.speed) for t in texts]
 
-    def buffered_s(self, playing: bool = False) -> float:
-        """Audio made that the listener has not heard: all of it until the player starts (none
-        with ``playing``, so the next segment's first chunk comes soonest, unless calls run over:
-        then the player waits for larger chunks, as with no clock start), then what is ahead of
-        playback from that start; the option ``buffered_s`` (held before) plays first."""
+    def buffered_s(self) -> float:
+        """Audio made that the listener has not heard: all of it until the player starts, then what
+        is ahead of playback from that start; the option ``buffered_s`` (held before) plays first."""
         if not self.live:
             return 0.0
         self._check_start()
         made = self.samples / self.sample_rate
         if held := self.options.buffered_s:
             return max(0.0, held + made - (self.clock() - self.t_created))
-        if self.t_play is None:
-            return 0.0 if playing and not self.slowing() else made
-        return max(0.0, made - (self.clock() - self.t_play))
+        return made if self.t_play is None else max(0.0, made - (self.clock() - self.t_play))
+
+    def waiting(self) -> bool:
+        """The engine's hint: the player waits for its preroll, so the next segment's first chunk
+        should come soonest (unless ``slowing``: then larger chunks, as with no clock start)."""
+        if not self.live or self.options.buffered_s:
+            return False
+        self._check_start()
+        return self.t_play is None and not self.slowing()
 
     def mode_for(self, text: str) -> str | None:
-        """The vocoder mode for this segment. ``frozen-first`` streams inside a segment only
-        when it pays: a segment whose whole synthesis is forecast to finish while the listener
-        still has audio goes exact (less compute, exact sound); so does every later one for a
-        player still holding its preroll when even streaming is slower than real time (exact
-        fills the hold sooner; made whole, a busy core's 5.6 s sentence came 4.1 s later to a
-        player 2.4 s ahead), and every one when the others leave the engine no headroom."""
+        """The segment's vocoder mode. ``frozen-first`` streams inside a segment only where it
+        pays: exact for a segment forecast whole before the listener's audio runs out, for
+        every later one of a player holding its preroll while streaming is slower than real
+        time (exact fills the hold sooner; a busy core's 5.6 s sentence came 4.1 s later
+        streamed), and for every one when the others leave the engine no headroom."""
         if self.requested != VocoderMode.FROZEN_FIRST or not self.live:
             return self.requested
         rate = self.engine_rate
@@ -260,13 +261,12 @@ class Listener:
     ) -> float | None:
         """When (clock) a player not started yet, holding the audio made so far, can start and
         still have every forecast piece in time, where its ``hold`` would start it only on a
-        later arrival (whole segments: a call later). None if nothing is held, or while
-        ``slowing``. No arrival rounds it up, so: stretched by what clock starts needed, at
-        least ``preroll_safety`` and 1 + 2 x ``noise``, and the next call at its ``peak`` (a
-        start 70 ms early ran dry and waited 0.74-2.2 s for its hold: docs/SCHEDULING.md)."""
+        later arrival (a call later). None if nothing is held, or not ``waiting`` (``slowing``).
+        No arrival rounds it up, so: stretched by what clock starts needed, at least
+        ``preroll_safety`` and 1 + 2 x ``noise``, and the next call at its ``peak`` (a start
+        70 ms early ran dry and waited 0.74-2.2 s for its hold: docs/SCHEDULING.md)."""
         rate, held, floor = self.engine_rate, self.samples / self.sample_rate, self.settings.preroll_safety
-        waiting = self.live and self.t_play is None and not self.options.buffered_s
-        if not waiting or not held or hold <= 0 or self.slowing():
+        if not held or hold <= 0 or not self.waiting():
             return None
         least = max(floor, 1.0 + 2.0 * rate.noise())
         if shared is not None:  # where the scheduler serves it beside the others
@@ -281,8 +281,8 @@ class Listener:
         return self.clock() + early
 
     def slowing(self) -> bool:
-        """Calls run over their forecast by more than ``preroll_safety``'s slack: no start
-        sooner than the arrivals confirm (a busy core's first slow call made holds too small)."""
+        """Calls run over their forecast by more than ``preroll_safety``'s slack: no start sooner
+        than the arrivals confirm (a busy core's first slow call made holds too small)."""
         return self.engine_rate.recent_overrun() > self.settings.preroll_safety - 1.0
 
     def learn(self) -> None:

@@ -8,9 +8,8 @@
 
 Each stage is one task; each link is a queue, and the backpressure is the queues' own:
 
-* ``texts``: segments cut and not yet started. Unbounded on purpose: the reply's text is
-  bounded (``max_text_chars``), and the socket reader that feeds it must never wait, or a
-  ``cancel`` behind it could not get through.
+* ``texts``: segments cut and not yet started. Unbounded on purpose: the text is bounded
+  (``max_text_chars``), and the socket reader must never wait, or a ``cancel`` could not pass.
 * ``ready``: one entry per segment, put before its synthesis starts, at most ``lookahead`` of
   them (one at least): synthesis runs that many segments ahead of the one being encoded, no
   more, and one after another. An entry is the segment's own queue: its ``sentence`` event,
@@ -220,7 +219,8 @@ class Pipeline(BudgetMember):
             speed=o.speed,
             mode=mode,
             requested_mode=listener.requested or "",
-            buffered_s=listener.buffered_s(playing=True),
+            buffered_s=listener.buffered_s(),
+            waiting=listener.waiting(),
             share=o.cache,
             slot=(listener.deadline(), listener),
         )

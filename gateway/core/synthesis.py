@@ -81,6 +81,7 @@ class Flight:
         mode: str | None,
         buffered_s: float,
         slot: tuple[float, SlotOwner | None] | None = None,
+        waiting: bool = False,
     ) -> None:
         self.hub, self.key = hub, key
         self.chunks: list[Item] = []
@@ -93,7 +94,8 @@ class Flight:
         self._watchdog: asyncio.TimerHandle | None = None
         deadline, owner = slot if slot is not None else (hub.clock(), None)
         work = hub.engine_rate.predict(mode, hub.engine_rate.audio_s(text, speed))
-        self.task = asyncio.create_task(self._scheduled(text, voice, speed, mode, buffered_s, deadline, work, owner))
+        lead = (buffered_s, waiting)  # what the listener holds, and whether their player waits
+        self.task = asyncio.create_task(self._scheduled(text, voice, speed, mode, lead, deadline, work, owner))
 
     async def _scheduled(
         self,
@@ -101,7 +103,7 @@ class Flight:
         voice: str,
         speed: float,
         mode: str | None,
-        buffered_s: float,
+        lead: tuple[float, bool],
         deadline: float,
         work: float,
         owner: SlotOwner | None,
@@ -109,7 +111,7 @@ class Flight:
         try:
             async with self.hub.scheduler.slot(deadline, work, owner) as call:
                 self._progress = self._loop.time()  # the watchdog counts from the engine's start
-                await self._run(text, voice, speed, mode, buffered_s)
+                await self._run(text, voice, speed, mode, lead)
                 if self.error is None and owner is not None:  # it keeps its slot if it is first
                     call.then = owner.next_deadline(self.samples / self.hub.engine.sample_rate)
         finally:
@@ -118,7 +120,7 @@ class Flight:
             self._wake()
             self.hub.budget.changed()
 
-    async def _run(self, text: str, voice: str, speed: float, mode: str | None, buffered_s: float) -> None:
+    async def _run(self, text: str, voice: str, speed: float, mode: str | None, lead: tuple[float, bool]) -> None:
         hub = self.hub
         m = hub.metrics
         if m:
@@ -129,7 +131,10 @@ class Flight:
         self._arm()
         try:
             extra = {"timestamps": True} if hub.engine.capabilities.timestamps else {}
-            synth = hub.engine.synthesize(text, voice=voice, speed=speed, vocoder=mode, buffered_s=buffered_s, **extra)
+            held, waiting = lead
+            synth = hub.engine.synthesize(
+                text, voice=voice, speed=speed, vocoder=mode, buffered_s=held, waiting=waiting, **extra
+            )
             async with contextlib.aclosing(synth) as chunks:
                 async for pcm in chunks:
                     self.chunks.append(pcm)
@@ -266,13 +271,15 @@ class SynthesisHub:
         buffered_s: float = 0.0,
         share: bool = True,
         slot: tuple[float, SlotOwner | None] | None = None,
+        waiting: bool = False,
     ) -> ItemStream:
         """PCM chunks for ``text`` (and ``WordTimes`` before them, where the engine gives them).
         ``mode`` goes to the engine (the listener's pick for this segment); ``requested_mode``
         (default ``mode``) is the mode the request asked for, which identical requests share on.
-        ``slot``: (deadline, listener) for the engine's queue (default: due now, nobody's)."""
+        ``slot``: (deadline, listener) for the engine's queue (default: due now, nobody's);
+        ``buffered_s`` and ``waiting``: the engine's hints (``Engine.synthesize``)."""
         if not share:
-            return Flight(self, None, text, voice, speed, mode, buffered_s, slot).follow()
+            return Flight(self, None, text, voice, speed, mode, buffered_s, slot, waiting).follow()
         key: Key = (
             voice,
             round(speed, 3),
@@ -287,7 +294,7 @@ class SynthesisHub:
             self._count("join")
             return flight.follow()
         self._count("miss")
-        flight = Flight(self, key, text, voice, speed, mode, buffered_s, slot)
+        flight = Flight(self, key, text, voice, speed, mode, buffered_s, slot, waiting)
         self.flights[key] = flight
         return flight.follow()
 

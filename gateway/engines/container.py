@@ -256,6 +256,7 @@ class ContainerEngine(EngineBase):
         speed: float,
         vocoder: str | None = None,
         buffered_s: float = 0.0,
+        waiting: bool = False,
         timestamps: bool = False,
     ) -> AsyncGenerator[bytes | WordTimes, None]:
         """Yield the container's PCM for ``text`` (with ``timestamps``, its ``words`` events as
@@ -265,7 +266,8 @@ class ContainerEngine(EngineBase):
             yielded = False
             try:
                 # aclosing: a consumer that stops early closes the socket now, not at GC
-                segment = self._segment(text, voice, speed, vocoder, buffered_s, timestamps, fresh=attempt > 1)
+                ahead = 0.0 if waiting else buffered_s  # the container's option: audio a playing player has
+                segment = self._segment(text, voice, speed, vocoder, ahead, timestamps, fresh=attempt > 1)
                 async with contextlib.aclosing(segment) as chunks:
                     async for item in chunks:
                         yielded = True

@@ -240,6 +240,7 @@ class EmbeddedEngine(EngineBase):
         speed: float,
         vocoder: str | None = None,
         buffered_s: float = 0.0,
+        waiting: bool = False,
         timestamps: bool = False,
     ) -> AsyncGenerator[bytes | WordTimes, None]:
         """Yield s16le PCM for ``text``: per piece of at most ``MAX_TOKENS`` phonemes with the
@@ -247,7 +248,8 @@ class EmbeddedEngine(EngineBase):
 
         ``vocoder`` (default: the declared default) picks the mode; ``buffered_s`` is the audio
         the listener holds and has not heard yet (the core's estimate), so ``frozen-first``
-        streams only a segment that would otherwise keep them waiting. With ``timestamps``,
+        streams only a segment that would otherwise keep them waiting (``waiting``: the player
+        has not started; see ``StreamingVocoder.synthesize_chunks``). With ``timestamps``,
         each piece's ``WordTimes`` (from the duration predictor, on the segment's timeline)
         comes before its audio. Closing the generator early starts no further inference for
         this text; a call already running finishes in its thread and its audio is dropped.
@@ -273,7 +275,9 @@ class EmbeddedEngine(EngineBase):
                 times = words.piece(index, enc.durations, start * FRAME, max(0, stop - start) * FRAME)
                 if stop > start:
                     yield times
-            chunks = streamer.stream_encoded(enc, style, voice, mode=stream_mode, buffered_s=buffered_s)
+            chunks = streamer.stream_encoded(
+                enc, style, voice, mode=stream_mode, buffered_s=buffered_s, waiting=waiting
+            )
             while (audio := await self._run(functools.partial(self._next_chunk, chunks), "inference")) is not None:
                 if audio.size:
                     yield to_pcm16(audio)

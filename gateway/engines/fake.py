@@ -119,6 +119,7 @@ class FakeEngine(EngineBase):
         speed: float,
         vocoder: str | None = None,
         buffered_s: float = 0.0,
+        waiting: bool = False,
         timestamps: bool = False,
     ) -> AsyncGenerator[bytes | WordTimes, None]:
         s = self.options

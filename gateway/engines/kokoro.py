@@ -295,6 +295,7 @@ class KokoroEngine(EngineBase):
         speed: float,
         vocoder: str | None = None,
         buffered_s: float = 0.0,
+        waiting: bool = False,
         timestamps: bool = False,
     ) -> AsyncGenerator[bytes | WordTimes, None]:
         """Yield s16le PCM per piece of at most ``MAX_TOKENS`` phonemes, each once it is done;

@@ -151,6 +151,7 @@ class SageMakerEngine(EngineBase):
         speed: float,
         vocoder: str | None = None,
         buffered_s: float = 0.0,
+        waiting: bool = False,
         timestamps: bool = False,
     ) -> AsyncGenerator[bytes | WordTimes, None]:
         """Yield the endpoint's PCM for ``text`` (stream mode with ``timestamps``: the words

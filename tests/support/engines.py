@@ -27,7 +27,8 @@ class SlowLoadingEngine(FakeEngine):
 
 class ModalFake(FakeEngine):
     """The fake engine as an engine with vocoder ``modes`` and a ``default`` of its own, keeping
-    what each segment was asked in ``asked``: (vocoder, buffered_s) per ``synthesize``."""
+    what each segment was asked in ``asked``: (vocoder, buffered_s) per ``synthesize``, and
+    ``waiting`` beside it."""
 
     def __init__(
         self, settings: Any, modes: tuple[str, ...] = ("frozen-first", "frozen", "exact"), default: str = "frozen-first"
@@ -35,6 +36,7 @@ class ModalFake(FakeEngine):
         super().__init__(settings)
         self.declare(vocoder_modes=modes, default_vocoder=default)
         self.asked: list[tuple[str | None, float]] = []
+        self.waiting: list[bool] = []
 
     def synthesize(
         self,
@@ -44,9 +46,11 @@ class ModalFake(FakeEngine):
         speed: float,
         vocoder: str | None = None,
         buffered_s: float = 0.0,
+        waiting: bool = False,
         timestamps: bool = False,
     ) -> AsyncIterator[bytes | WordTimes]:
         self.asked.append((vocoder, buffered_s))
+        self.waiting.append(waiting)
         return super().synthesize(text, voice=voice, speed=speed, timestamps=timestamps)
 
 

@@ -90,14 +90,12 @@ class StreamingVocoder:
     ) -> StreamingVocoder:
         """Split ``model_bytes`` (the whole Kokoro ONNX model), make sessions, get statistics.
 
-        ``voices`` maps a voice id to its style pack ([510, 1, 256] or [510, 256]); these are
-        calibrated now, others later with ``add_voice``. With ``cache_dir`` each voice's
-        statistics are cached there, keyed by the model's SHA-256, the voice and the
-        ``calibration`` sentences (Kokoro phonemes). ``stop`` becomes the vocoder's ``stop``:
-        set, it ends the build's calibration with ``calibrate.Stopped``. ``sha256``: the
-        model's hash when the caller has checked it already (else it is computed here).
-        ``provider``: ``cpu`` or ``cuda`` (``gateway.kokoro.floatgraph.runtime``). ``weights``: the whole
-        model's session's shared weights (else the three share their own; CPU only).
+        ``voices``: voice id to style pack ([510, 1, 256] or [510, 256]), calibrated now (others
+        later: ``add_voice``). ``cache_dir``: statistics cached per model SHA-256, voice and
+        ``calibration`` sentences (Kokoro phonemes). ``stop`` (set: the calibration ends with
+        ``calibrate.Stopped``). ``sha256``: the model's hash if the caller checked it. ``provider``:
+        ``cpu`` or ``cuda`` (``floatgraph.runtime``). ``weights``: the whole model session's
+        shared weights (else the three share their own; CPU only).
         """
         import onnx
 
@@ -140,11 +138,8 @@ class StreamingVocoder:
         return self
 
     def add_voice(self, voice: str, pack: np.ndarray) -> float:
-        """Load ``voice``'s statistics from the cache, else calibrate (and cache) them.
-
-        Returns the seconds spent calibrating (0.0 when cached or already known). Blocks for
-        about ten seconds per voice on two cores when it calibrates.
-        """
+        """Load ``voice``'s statistics from the cache, else calibrate (and cache) them: the
+        seconds spent calibrating (0.0 when cached or known; about 10 s a voice on two cores)."""
         if voice in self._stats:
             return 0.0
         cache = self._cache_dir
@@ -229,22 +224,23 @@ class StreamingVocoder:
         mode: str = DEFAULT,
         frozen_frames: int | None = None,
         buffered_s: float = 0.0,
+        waiting: bool = False,
     ) -> Iterator[np.ndarray]:
         """Float32 audio chunks for one segment (``tokens`` without the pad ids).
 
-        A generator: nothing runs until the first ``next()``, and each ``next()`` blocks for
-        one model call (the first also runs the encoder), so a caller can drive it from an
-        executor one chunk at a time. ``frozen_frames`` (frozen-first only) fixes how many
-        frames go frozen before the exact hand-over instead of deciding it from the measured
-        speed: for tests and benches.
-
-        ``buffered_s`` is the audio the listener already has and has not yet heard (0 while
-        they wait for the first sound). In ``frozen-first`` mode, a segment whose whole exact
-        call is predicted to finish within that goes exact in one call: nothing to hurry.
+        A generator: each ``next()`` blocks for one model call (the first also runs the encoder),
+        so a caller drives it from an executor a chunk at a time. ``frozen_frames`` (frozen-first
+        only, for tests and benches) fixes how many frames go frozen before the exact hand-over.
+        ``buffered_s``: the audio the listener has and has not heard; in ``frozen-first``, a
+        segment whose exact call is predicted to finish within that goes exact in one call.
+        ``waiting``: their player holds it but waits for its preroll: the opening chunk is the
+        smallest that pays, and the chunks after it count that audio as ahead (docs/STREAMING_VOCODER.md).
         """
         check_mode(mode)
         enc = self.encode(tokens, style, speed)
-        yield from self.stream_encoded(enc, style, voice, mode=mode, frozen_frames=frozen_frames, buffered_s=buffered_s)
+        yield from self.stream_encoded(
+            enc, style, voice, mode=mode, frozen_frames=frozen_frames, buffered_s=buffered_s, waiting=waiting
+        )
 
     def stream_encoded(
         self,
@@ -255,6 +251,7 @@ class StreamingVocoder:
         mode: str = DEFAULT,
         frozen_frames: int | None = None,
         buffered_s: float = 0.0,
+        waiting: bool = False,
     ) -> Iterator[np.ndarray]:
         """``synthesize_chunks`` from the encoder's output (for tools that alter it)."""
         check_mode(mode)
@@ -266,12 +263,14 @@ class StreamingVocoder:
         in_time = (
             mode == VocoderMode.FROZEN_FIRST
             and frozen_frames is None
+            and not waiting  # (the core chose to stream for a player that waits: ``Listener.mode_for``)
             and buffered_s >= p.safety * self.predict_exact(enc.frames)
         )
         if mode == VocoderMode.EXACT or stop - start <= p.exact_below or in_time:
             yield from self._exact_audio(runner, 0, start, stop)  # the whole model's statistics
             return
-        yield from self._stream(runner, start, stop, mode == VocoderMode.FROZEN_FIRST, frozen_frames, buffered_s)
+        hand_over = mode == VocoderMode.FROZEN_FIRST
+        yield from self._stream(runner, start, stop, hand_over, frozen_frames, buffered_s, waiting)
 
     def _stream(
         self,
@@ -281,6 +280,7 @@ class StreamingVocoder:
         hand_over: bool,
         frozen_frames: int | None,
         buffered_s: float = 0.0,
+        waiting: bool = False,
     ) -> Iterator[np.ndarray]:
         """Frozen chunks, each cross-faded into the next over ``join_fade`` samples (held back
         until the next chunk exists); with ``hand_over``, the exact rest once it will be in time.
@@ -296,9 +296,9 @@ class StreamingVocoder:
                 if not hand_over and self._behind(cost, pacer.ahead_s(), stop - pos, frozen_frames):
                     # frozen: the rest in one call (``Policy.batch_rest``), as large as memory allows
                     size = min(stop - pos, max(p.sizes))
-            else:  # the smallest that pays for the next; larger if the listener's buffer allows
+            else:  # the smallest that pays for the next; larger if a playing listener's buffer allows
                 size = first_size(p, self.costs)
-                if pacer.first is not None:
+                if pacer.first is not None and not waiting:
                     size = max(size, next_size(p, pacer, 0, 0))
             end = min(stop, pos + size)
             if stop - end < p.min_chunk + p.crossfade:
