@@ -164,6 +164,22 @@ def test_a_call_forecast_from_one_earlier_call_is_not_counted_as_an_overrun() ->
     assert rate.overrun_now() == pytest.approx(0.3, abs=0.01)
 
 
+def test_a_mode_measured_once_is_forecast_no_cheaper_than_the_engines_line() -> None:
+    """The warm-up measures ``frozen-first`` on one long sentence: a cost per second, no fixed
+    cost. The first reply's "Hello!" (0.65 s) was then forecast at 0.28-0.50 s and took 0.54-1.08
+    s in 12 of 12 Chromium runs; that 100% "overrun" stretched the next holds to 2-3.9 s. A mode
+    with one call is now forecast no cheaper than the mode with a line; once it has its own line,
+    that alone."""
+    rate = EngineRate()
+    for audio in (3.5, 0.64, 1.13):  # 0.3 s a call + 0.45 s an audio second
+        rate.observe("exact", audio, 0.3 + 0.45 * audio, 0.3 + 0.45 * audio)
+    rate.observe("frozen-first", 3.55, 2.7, 0.4)  # 0.76 s an audio second, one call
+    assert rate.predict("frozen-first", 0.65) == pytest.approx(0.3 + 0.45 * 0.65)  # not 0.49
+    assert rate.predict("frozen-first", 3.55) == pytest.approx(2.7)  # its own, where more
+    rate.observe("frozen-first", 0.65, 0.2 + 0.7 * 0.65, 0.2 + 0.7 * 0.65)  # now a line of its own
+    assert rate.predict("frozen-first", 0.65) == pytest.approx(0.2 + 0.7 * 0.65, rel=0.05)
+
+
 def test_a_reply_forecast_before_its_mode_ran_is_learned_from_that_modes_own_calls() -> None:
     """The warm-up's streamed reply was planned when only whole segments had been measured: its
     first segment forecast to come whole at the exact rate. What its streamed arrivals needed
