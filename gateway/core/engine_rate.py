@@ -133,19 +133,19 @@ class EngineRate:
         (w, sq), (pw, psq) = self._overrun, self._prior if prior else (0.0, 0.0)
         return ((sq + pw * psq) / (w + pw)) ** 0.5 if w + pw > 0 else 0.0
 
-    def overrun_now(self) -> float:
+    def overrun_now(self, prior: bool = True) -> float:
         """What forecasts are widened by: the RMS (``overrun``), or the latest call's overrun
         where that is more. A machine turning slower shows in the latest call first and is
         diluted in the RMS by the calls before it: a busy core's first call 43% over made an
         RMS of 0.20, and the hold it gave started a player that ran dry 1.7 s (``bench
         playback``). (The latest as ``recent_overrun`` counts it: a short call's fixed cost
-        against the typical call.)"""
-        return max(self.overrun(), self._latest[0])
+        against the typical call.) ``prior``: as for ``overrun``."""
+        return max(self.overrun(prior), self._latest[0])
 
     def noise(self) -> float:
         """How far the calls measured run over their forecast now: ``overrun_now`` without the
         prior's pseudo-call (0.0 until two calls of a mode were compared)."""
-        return max(self.overrun(prior=False), self._latest[0])
+        return self.overrun_now(prior=False)
 
     def peak(self) -> float:
         """The most a recent call ran over its forecast (0.25: 25%), each call since making it
