@@ -171,6 +171,69 @@ def test_a_kept_slot_yields_to_an_earlier_deadline_and_expires() -> None:
     assert run_virtual(main) == ["b", "b early"]
 
 
+def overloaded_order(calls: list[tuple[str, float, float | None]]) -> list[str]:
+    """The order a busy slot (until 1 s) serves ``calls`` (name, deadline, standing), 2 s each."""
+
+    async def main() -> list[str]:
+        engine = EngineScheduler(slots=1, clock=asyncio.get_running_loop().time)
+        order: list[str] = []
+
+        async def call(name: str, deadline: float, standing: float | None) -> None:
+            async with engine.slot(deadline, 2.0, object(), lambda: standing):
+                order.append(name)
+                await asyncio.sleep(2.0)
+
+        async with engine.slot(0.0, 1.0):
+            tasks = [asyncio.create_task(call(*c)) for c in calls]
+            await asyncio.sleep(1.0)
+        await asyncio.gather(*tasks)
+        return order
+
+    return run_virtual(main)
+
+
+def test_a_freed_slot_goes_by_deadline_while_every_deadline_can_be_met() -> None:
+    # at 1 s: "late comer" first ends at 3, then "playing" at 5, its deadline: both in time
+    assert overloaded_order([("playing", 5.0, 0.0), ("late comer", 4.0, 9.0)]) == ["late comer", "playing"]
+
+
+def test_when_not_every_deadline_can_be_met_the_listener_admitted_first_plays_through() -> None:
+    """The engine slowed after both were admitted: whoever goes second runs dry. Earliest deadline
+    first would make the one admitted first stall (by 0.5 s) for the one after it; so it goes
+    first, and the later one (or a player that has not started, which only starts later) waits."""
+    assert overloaded_order([("playing", 4.5, 0.0), ("late comer", 4.0, 9.0)]) == ["playing", "late comer"]
+    assert overloaded_order([("playing", 4.5, 9.0), ("not started", 4.0, None)]) == ["playing", "not started"]
+    # nobody plays it, or it came later itself: earliest deadline first
+    assert overloaded_order([("not started", 4.5, None), ("playing", 4.0, 9.0)]) == ["playing", "not started"]
+    assert overloaded_order([("late comer", 4.5, 9.0), ("playing", 4.0, 0.0)]) == ["playing", "late comer"]
+    # three: each goes before the one it would otherwise wait for, the first admitted first
+    three = [("second", 4.6, 5.0), ("first", 4.7, 0.0), ("third", 4.0, 9.0)]
+    assert overloaded_order(three) == ["first", "second", "third"]
+
+
+def test_a_kept_slot_stays_with_a_listener_admitted_first_that_would_run_dry_without_it() -> None:
+    async def main() -> list[str]:
+        engine = EngineScheduler(slots=1, clock=asyncio.get_running_loop().time)
+        order: list[str] = []
+
+        async def late_comer() -> None:
+            async with engine.slot(3.5, 2.0, object(), lambda: 9.0):
+                order.append("late comer")
+
+        first = object()
+        async with engine.slot(0.0, 2.0, first, lambda: 0.0) as got:
+            waiter = asyncio.create_task(late_comer())
+            await asyncio.sleep(2.0)
+            got.then = 4.5  # its next call: due at 4.5, after the late comer's 3.5, but 2 + 2 + 2 > 4.5
+        await asyncio.sleep(0)
+        async with engine.slot(4.5, 2.0, first, lambda: 0.0):
+            order.append("first")
+        await waiter
+        return order
+
+    assert run_virtual(main) == ["first", "late comer"]
+
+
 def test_a_waiting_player_moves_its_deadlines_to_when_it_holds_its_preroll() -> None:
     """``edf.play``: a player told to start at its first audio, planned to start at 5 s, gets
     its first segment at 1 s: it starts then, and its next segment is due at 2 s, not 6 s, so

@@ -1,12 +1,10 @@
 """What the listener holds, and the schedule that follows from it and the engine's live rate.
 
 One ``Listener`` per reply. Before each segment the synthesis stage asks it whether to wait
-(``lookahead_s``), the segment's vocoder mode (``mode_for``), the ``preroll_ms`` a player should
-hold and the engine's hints (``buffered_s``, ``waiting``); the stages tell it the audio made
-(``made``) and the first payload's time (``first_audio``). A batch reply is not ``live``: no
-waits, the mode it was given. The scheduler and budget read ``deadline`` (when the listener
-runs dry) and ``stream`` (its segments' work and deadlines); beside other listeners
-``preroll_ms`` plays out everyone's work as the scheduler will (``budget.edf``).
+(``lookahead_s``), the segment's mode (``mode_for``), the ``preroll_ms`` and the engine's hints
+(``buffered_s``, ``waiting``); the stages tell it the audio made (``made``). A batch reply is not
+``live``. The scheduler and budget read ``deadline``, ``standing`` and ``stream``; beside other
+listeners ``preroll_ms`` plays out everyone's work as the scheduler will (``budget.edf``).
 """
 
 from __future__ import annotations
@@ -88,9 +86,8 @@ class Listener:
         self._check_start()
 
     def tell(self, preroll_s: float) -> None:
-        """The player was told to hold ``preroll_s`` (before it starts; later figures are for
-        a player that ran dry): one that holds that much starts now; one whose hold was met
-        less than ``GRACE_S`` ago waits for this one instead, as the players do."""
+        """The player was told to hold ``preroll_s`` before it starts: one that holds that much
+        starts now; one whose hold was met less than ``GRACE_S`` ago waits for this one instead."""
         if self.t_play is not None and self.met and self.clock() - self.t_play <= GRACE_S:
             if self.samples / self.sample_rate < preroll_s - 1e-9:
                 self.t_play, self.met = None, False
@@ -120,9 +117,15 @@ class Listener:
         base = next((t for t in (self.t_play, self.start_at, self.promised_start) if t is not None), None)
         return (base if base is not None else self.t_created) + made
 
+    def standing(self) -> float | None:
+        """When it was created, while its player plays: a gap would be heard (``scheduler.py``)."""
+        self._check_start()
+        playing = self.live and (self.options.buffered_s or self.t_play is not None)
+        return self.t_created if playing else None
+
     def next_deadline(self, call_audio_s: float) -> float | None:
-        """When the listener runs dry once the call that just ended (``call_audio_s`` of audio,
-        some of it counted already) is in, if another segment is ready to go; else None."""
+        """When it runs dry once the call that just ended (``call_audio_s``, some of it counted
+        already) is in, if another segment is ready to go; else None."""
         if not self.more():
             return None
         return self.deadline() + max(0.0, call_audio_s - self.segment_samples / self.sample_rate)
@@ -191,10 +194,9 @@ class Listener:
 
     def mode_for(self, text: str) -> str | None:
         """The segment's vocoder mode. ``frozen-first`` streams inside a segment only where it
-        pays: exact for a segment forecast whole before the listener's audio runs out, for
-        every later one of a player holding its preroll while streaming is slower than real
-        time (exact fills the hold sooner; a busy core's 5.6 s sentence came 4.1 s later
-        streamed), and for every one when the others leave the engine no headroom."""
+        pays: exact for a segment forecast whole before the listener runs dry, for every later
+        one of a player holding its preroll while streaming is slower than real time (a busy
+        core's 5.6 s sentence came 4.1 s later streamed), and where others leave no headroom."""
         if self.requested != VocoderMode.FROZEN_FIRST or not self.live:
             return self.requested
         rate = self.engine_rate
@@ -259,12 +261,11 @@ class Listener:
     def _start_offer(
         self, texts: Sequence[str], modes: Sequence[str | None], hold: float, shared: Placement | None
     ) -> float | None:
-        """When (clock) a player not started yet, holding the audio made so far, can start and
-        still have every forecast piece in time, where its ``hold`` would start it only on a
-        later arrival (a call later). None if nothing is held, or not ``waiting`` (``slowing``).
-        No arrival rounds it up, so: stretched by what clock starts needed, at least
-        ``preroll_safety`` and 1 + 2 x ``noise``, and the next call at its ``peak`` (a start
-        70 ms early ran dry and waited 0.74-2.2 s for its hold: docs/SCHEDULING.md)."""
+        """When (clock) a player not started yet, holding the audio made so far, can start with
+        every forecast piece in time, where its ``hold`` would start it a call later. None if
+        nothing is held, or not ``waiting``. No arrival rounds it up, so: stretched by what clock
+        starts needed, at least ``preroll_safety`` and 1 + 2 x ``noise``, the next call at its
+        ``peak`` (a start 70 ms early ran dry, waited 0.74-2.2 s: docs/SCHEDULING.md)."""
         rate, held, floor = self.engine_rate, self.samples / self.sample_rate, self.settings.preroll_safety
         if not held or hold <= 0 or not self.waiting():
             return None
@@ -286,10 +287,9 @@ class Listener:
         return self.engine_rate.recent_overrun() > self.settings.preroll_safety - 1.0
 
     def learn(self) -> None:
-        """The reply is made: what its arrivals needed tunes the margins (``margins.py``). A
-        plan made before the engine had made anything (the first reply after start-up, on the
-        prior rate) says how wrong the prior was, not how noisy the engine is: its reply's
-        texts are forecast again at the rate measured since (its own calls)."""
+        """The reply is made: what its arrivals needed tunes the margins (``margins.py``). A plan
+        made on the prior rate (the first reply after start-up) says how wrong the prior was, not
+        how noisy the engine is: its texts are forecast again at the rate measured since."""
         if (plan := self.plan) is not None and self.arrivals:
             rate, floor = self.engine_rate, self.settings.preroll_safety
             if plan.again is not None:

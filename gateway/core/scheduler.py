@@ -7,6 +7,12 @@ buffer runs dry (``Listener.deadline``), earliest-deadline-first, the classic ru
 real-time work. An engine with thousands of slots (the fake engine, remote endpoints) never
 makes anyone wait, so for them this is a pass-through.
 
+Earliest deadline first is optimal while every deadline can be met, and spreads the gaps over
+everyone once they cannot (an engine that slows after admission): then a listener whose player
+plays goes before one that has not started (which only starts later) or that was admitted after
+it, where serving that one first would make it run dry (``_before``). Admitted listeners do not
+stall because someone came after them.
+
 What is running and what waits (each with its forecast work) is what ``budget.py`` reads to
 forecast the engine's load and a new session's start.
 """
@@ -22,6 +28,13 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 HOLD_S = 0.05  # the longest a freed slot waits for its last holder's next call
+# when the owner was admitted, while its player plays (None: it waits for its first start, or
+# nobody plays it): who goes first when not every deadline can be met
+Standing = Callable[[], float | None]
+
+
+def nobody() -> float | None:
+    return None
 
 
 @dataclass(slots=True, eq=False)
@@ -31,6 +44,8 @@ class Call:
     deadline: float  # the owner's clock (perf_counter): when its listener runs dry
     work_s: float  # forecast compute
     owner: object | None = None  # the Listener it is for (None: nobody in particular)
+    standing: Standing = nobody
+    early_s: float = 0.0  # how long before its end its audio may be due (streamed: ``edf.Job``)
     started: float | None = None  # when it got its slot
     granted: asyncio.Future[None] | None = field(default=None, repr=False)
     # set by the caller as the call ends: the deadline of the owner's next call (None: it has none)
@@ -44,12 +59,32 @@ class _Hold:
     owner: object
     deadline: float
     timer: asyncio.TimerHandle
+    work_s: float = 0.0  # its next call's work and early_s, forecast as its last one's
+    standing: Standing = nobody
+    early_s: float = 0.0
+
+
+Key = tuple[float, float, Standing, float]  # a call's deadline, work, standing and early_s
+
+
+def _before(first: Key, then: Key, now: float, stretch: float = 1.0) -> bool:
+    """Does the call ``first`` go before ``then``, whose deadline is earlier? Only when
+    ``first``'s listener plays, ``then``'s does not or was admitted later, and ``then`` first
+    would make ``first``'s listener run dry (their work ``stretch``ed as calls run over now)."""
+    since = first[2]()
+    if since is None or now + stretch * (then[1] + first[1]) - first[3] <= first[0]:
+        return False
+    other = then[2]()
+    return other is None or since < other
 
 
 class EngineScheduler:
-    def __init__(self, slots: int, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self, slots: int, clock: Callable[[], float] = time.perf_counter, stretch: Callable[[], float] = lambda: 1.0
+    ) -> None:
         self.slots = max(1, slots)
         self.clock = clock
+        self.stretch = stretch  # how far calls run over their forecast work now (1: on time)
         self.running: list[Call] = []
         self._waiting: list[tuple[float, int, Call]] = []  # heap by deadline, then arrival
         self._held: dict[int, _Hold] = {}  # by id(owner)
@@ -66,13 +101,22 @@ class EngineScheduler:
         return [max(0.0, c.work_s - (now - (c.started or now))) for c in self.running]
 
     @contextlib.asynccontextmanager
-    async def slot(self, deadline: float, work_s: float, owner: object | None = None) -> AsyncIterator[Call]:
+    async def slot(
+        self,
+        deadline: float,
+        work_s: float,
+        owner: object | None = None,
+        standing: Standing = nobody,
+        early_s: float = 0.0,
+    ) -> AsyncIterator[Call]:
         """Hold a slot for the body: at once when one is free (or kept for ``owner``) and
         nobody waits, else when this call's deadline is the earliest among those waiting and a
         slot frees. A caller that sets ``call.then`` keeps its slot while its next call is due
         first: a reply's segments run one after another, so without that the slot would go
-        to whoever waits at the instant it frees (round robin), never earliest deadline first."""
-        call = Call(deadline, work_s, owner)
+        to whoever waits at the instant it frees (round robin), never earliest deadline first.
+        ``standing`` (the owner's, read when a slot is given) and ``early_s`` (``edf.Job``'s)
+        say who goes first when not every deadline can be met (``_before``)."""
+        call = Call(deadline, work_s, owner, standing, early_s)
         hold = self._held.pop(id(owner), None) if owner is not None else None
         if hold is not None:
             hold.timer.cancel()
@@ -105,9 +149,12 @@ class EngineScheduler:
         if call in self.running:
             self.running.remove(call)
             owner, then = call.owner, call.then
-            if owner is not None and then is not None and (not self._waiting or then < self._waiting[0][0]):
-                timer = asyncio.get_running_loop().call_later(HOLD_S, self._expire, owner)
-                self._held[id(owner)] = _Hold(owner, then, timer)
+            if owner is not None and then is not None:
+                head = self._next()
+                mine = (then, call.work_s, call.standing, call.early_s)
+                if head is None or then < head.deadline or _before(mine, _key(head), self.clock(), self.stretch()):
+                    timer = asyncio.get_running_loop().call_later(HOLD_S, self._expire, owner)
+                    self._held[id(owner)] = _Hold(owner, then, timer, call.work_s, call.standing, call.early_s)
         self._grant()
 
     def _expire(self, owner: object) -> None:
@@ -115,15 +162,37 @@ class EngineScheduler:
         self._held.pop(id(owner), None)
         self._grant()
 
+    def _next(self) -> Call | None:
+        """The waiter a freed slot goes to: the earliest deadline, unless one it would make run
+        dry goes first (``_before``; each step to one that plays, or was admitted sooner)."""
+        if not self._waiting:
+            return None
+        now, k, order = self.clock(), self.stretch(), [c for _, _, c in sorted(self._waiting)]
+        pick = order[0]
+        for _ in order:
+            first = next((c for c in order if c is not pick and _before(_key(c), _key(pick), now, k)), None)
+            if first is None:
+                break
+            pick = first
+        return pick
+
     def _grant(self) -> None:
-        while self._waiting:
+        while (nxt := self._next()) is not None:
             if len(self.running) + len(self._held) >= self.slots:
+                now, k = self.clock(), self.stretch()
                 latest = max(self._held.values(), key=lambda h: h.deadline, default=None)
-                if latest is None or latest.deadline <= self._waiting[0][0]:
+                if latest is None or latest.deadline <= nxt.deadline:
+                    return
+                if _before((latest.deadline, latest.work_s, latest.standing, latest.early_s), _key(nxt), now, k):
                     return
                 latest.timer.cancel()  # an earlier deadline came: the kept slot is its
                 del self._held[id(latest.owner)]
-            _, _, nxt = heapq.heappop(self._waiting)
+            self._waiting = [w for w in self._waiting if w[2] is not nxt]
+            heapq.heapify(self._waiting)
             if nxt.granted is not None and not nxt.granted.done():
                 self._start(nxt)
                 nxt.granted.set_result(None)
+
+
+def _key(call: Call) -> Key:
+    return call.deadline, call.work_s, call.standing, call.early_s

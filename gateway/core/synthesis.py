@@ -42,7 +42,8 @@ from ..kokoro.timestamps import WordTimes
 from ..metrics import Metrics
 from .budget import Budget
 from .engine_rate import EngineRate
-from .scheduler import EngineScheduler
+from .schedule import early_s
+from .scheduler import EngineScheduler, nobody
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,10 @@ class SlotOwner(Protocol):
     def next_deadline(self, call_audio_s: float) -> float | None:
         """When it runs dry once this call's ``call_audio_s`` is in, if it has another segment
         ready; None: it has none, so the engine's slot is not kept for it."""
+        ...
+
+    def standing(self) -> float | None:
+        """When it was admitted, while its player plays (``scheduler.Standing``)."""
         ...
 
 
@@ -93,9 +98,11 @@ class Flight:
         self._progress = self._loop.time()
         self._watchdog: asyncio.TimerHandle | None = None
         deadline, owner = slot if slot is not None else (hub.clock(), None)
-        work = hub.engine_rate.predict(mode, hub.engine_rate.audio_s(text, speed))
+        audio = hub.engine_rate.audio_s(text, speed)
+        work = hub.engine_rate.predict(mode, audio)
+        early = early_s(work, audio, hub.engine_rate.first_fraction(mode))
         lead = (buffered_s, waiting)  # what the listener holds, and whether their player waits
-        self.task = asyncio.create_task(self._scheduled(text, voice, speed, mode, lead, deadline, work, owner))
+        self.task = asyncio.create_task(self._scheduled(text, voice, speed, mode, lead, (deadline, work, early), owner))
 
     async def _scheduled(
         self,
@@ -104,12 +111,13 @@ class Flight:
         speed: float,
         mode: str | None,
         lead: tuple[float, bool],
-        deadline: float,
-        work: float,
+        due: tuple[float, float, float],
         owner: SlotOwner | None,
     ) -> None:
+        deadline, work, early = due
         try:
-            async with self.hub.scheduler.slot(deadline, work, owner) as call:
+            standing = owner.standing if owner is not None else nobody
+            async with self.hub.scheduler.slot(deadline, work, owner, standing, early) as call:
                 self._progress = self._loop.time()  # the watchdog counts from the engine's start
                 await self._run(text, voice, speed, mode, lead)
                 if self.error is None and owner is not None:  # it keeps its slot if it is first
@@ -253,7 +261,8 @@ class SynthesisHub:
         self.engine, self.metrics, self.timeout_s = engine, metrics, timeout_s
         self.clock = clock  # every schedule's clock (a test's virtual time: tests/support/virtual_time.py)
         self.engine_rate = engine_rate or EngineRate()
-        self.scheduler = EngineScheduler(engine.max_concurrency, clock)
+        rate = self.engine_rate  # who goes first when not every deadline can be met counts overruns
+        self.scheduler = EngineScheduler(engine.max_concurrency, clock, lambda: 1.0 + max(0.0, rate.recent_overrun()))
         self.budget = Budget(self.engine_rate, self.scheduler, settings or Settings(), clock)
         self.cache_limit = int(cache_mb * 1024 * 1024)
         self.cache: OrderedDict[Key, tuple[bytes, tuple[WordTimes, ...]]] = OrderedDict()
