@@ -234,6 +234,58 @@ def test_a_kept_slot_stays_with_a_listener_admitted_first_that_would_run_dry_wit
     assert run_virtual(main) == ["first", "late comer"]
 
 
+def test_a_slot_is_not_kept_for_a_later_listener_whose_next_call_would_make_the_first_run_dry() -> None:
+    """The later listener's next call is due first (3.5 s against 4.5 s), but 2 + 2 + 2 > 4.5:
+    kept for it, the slot would leave the listener admitted first without audio."""
+
+    async def main() -> list[str]:
+        engine = EngineScheduler(slots=1, clock=asyncio.get_running_loop().time)
+        order: list[str] = []
+        late_comer = object()
+
+        async def first() -> None:
+            async with engine.slot(4.5, 2.0, object(), lambda: 0.0):
+                order.append("first")
+
+        async with engine.slot(0.0, 2.0, late_comer, lambda: 9.0) as got:
+            waiter = asyncio.create_task(first())
+            await asyncio.sleep(2.0)
+            got.then = 3.5
+        await asyncio.sleep(0)
+        async with engine.slot(3.5, 2.0, late_comer, lambda: 9.0):
+            order.append("late comer")
+        await waiter
+        return order
+
+    assert run_virtual(main) == ["first", "late comer"]
+
+
+def test_a_kept_slot_goes_to_the_first_listener_when_its_holder_comes_back_with_a_longer_call() -> None:
+    """Kept for the later listener's next call forecast as its last (0.5 s: 2 + 0.5 + 2 = 4.5,
+    the first listener still in time); it comes back with a 2 s call, so the first goes first."""
+
+    async def main() -> list[str]:
+        engine = EngineScheduler(slots=1, clock=asyncio.get_running_loop().time)
+        order: list[str] = []
+        late_comer = object()
+
+        async def first() -> None:
+            async with engine.slot(4.5, 2.0, object(), lambda: 0.0):
+                order.append("first")
+
+        async with engine.slot(0.0, 0.5, late_comer, lambda: 9.0) as got:
+            waiter = asyncio.create_task(first())
+            await asyncio.sleep(2.0)
+            got.then = 3.5
+        assert id(late_comer) in engine._held  # kept: its next call looked short
+        async with engine.slot(3.5, 2.0, late_comer, lambda: 9.0):
+            order.append("late comer")
+        await waiter
+        return order
+
+    assert run_virtual(main) == ["first", "late comer"]
+
+
 def test_a_waiting_player_moves_its_deadlines_to_when_it_holds_its_preroll() -> None:
     """``edf.play``: a player told to start at its first audio, planned to start at 5 s, gets
     its first segment at 1 s: it starts then, and its next segment is due at 2 s, not 6 s, so

@@ -78,6 +78,13 @@ def _before(first: Key, then: Key, now: float, stretch: float = 1.0) -> bool:
     return other is None or since < other
 
 
+def _first(a: Key, b: Key, now: float, stretch: float) -> bool:
+    """Does call ``a`` go before ``b``: the earlier deadline, unless ``_before`` says otherwise."""
+    if _before(a, b, now, stretch):
+        return True
+    return not _before(b, a, now, stretch) and a[0] < b[0]
+
+
 class EngineScheduler:
     def __init__(
         self, slots: int, clock: Callable[[], float] = time.perf_counter, stretch: Callable[[], float] = lambda: 1.0
@@ -119,7 +126,9 @@ class EngineScheduler:
         call = Call(deadline, work_s, owner, standing, early_s)
         hold = self._held.pop(id(owner), None) if owner is not None else None
         if hold is not None:
-            hold.timer.cancel()
+            hold.timer.cancel()  # kept for a call forecast as its last one: this one may go after
+            if (head := self._next()) is not None and _first(_key(head), _key(call), self.clock(), self.stretch()):
+                hold = None
         if hold is not None or (len(self.running) + len(self._held) < self.slots and not self._waiting):
             self._start(call)
         else:
@@ -152,7 +161,7 @@ class EngineScheduler:
             if owner is not None and then is not None:
                 head = self._next()
                 mine = (then, call.work_s, call.standing, call.early_s)
-                if head is None or then < head.deadline or _before(mine, _key(head), self.clock(), self.stretch()):
+                if head is None or _first(mine, _key(head), self.clock(), self.stretch()):
                     timer = asyncio.get_running_loop().call_later(HOLD_S, self._expire, owner)
                     self._held[id(owner)] = _Hold(owner, then, timer, call.work_s, call.standing, call.early_s)
         self._grant()
@@ -181,11 +190,10 @@ class EngineScheduler:
             if len(self.running) + len(self._held) >= self.slots:
                 now, k = self.clock(), self.stretch()
                 latest = max(self._held.values(), key=lambda h: h.deadline, default=None)
-                if latest is None or latest.deadline <= nxt.deadline:
+                held = None if latest is None else (latest.deadline, latest.work_s, latest.standing, latest.early_s)
+                if latest is None or held is None or not _first(_key(nxt), held, now, k):
                     return
-                if _before((latest.deadline, latest.work_s, latest.standing, latest.early_s), _key(nxt), now, k):
-                    return
-                latest.timer.cancel()  # an earlier deadline came: the kept slot is its
+                latest.timer.cancel()  # a call that goes first came: the kept slot is its
                 del self._held[id(latest.owner)]
             self._waiting = [w for w in self._waiting if w[2] is not nxt]
             heapq.heapify(self._waiting)

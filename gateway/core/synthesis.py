@@ -261,8 +261,12 @@ class SynthesisHub:
         self.engine, self.metrics, self.timeout_s = engine, metrics, timeout_s
         self.clock = clock  # every schedule's clock (a test's virtual time: tests/support/virtual_time.py)
         self.engine_rate = engine_rate or EngineRate()
-        rate = self.engine_rate  # who goes first when not every deadline can be met counts overruns
-        self.scheduler = EngineScheduler(engine.max_concurrency, clock, lambda: 1.0 + max(0.0, rate.recent_overrun()))
+        rate = self.engine_rate
+
+        def overrun() -> float:  # who goes first when not every deadline can be met counts it
+            return 1.0 + max(0.0, rate.recent_overrun(), rate.peak())
+
+        self.scheduler = EngineScheduler(engine.max_concurrency, clock, overrun)
         self.budget = Budget(self.engine_rate, self.scheduler, settings or Settings(), clock)
         self.cache_limit = int(cache_mb * 1024 * 1024)
         self.cache: OrderedDict[Key, tuple[bytes, tuple[WordTimes, ...]]] = OrderedDict()
