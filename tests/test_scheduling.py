@@ -211,79 +211,43 @@ def test_when_not_every_deadline_can_be_met_the_listener_admitted_first_plays_th
     assert overloaded_order(three) == ["first", "second", "third"]
 
 
-def test_a_kept_slot_stays_with_a_listener_admitted_first_that_would_run_dry_without_it() -> None:
-    async def main() -> list[str]:
+def kept_slot(holder: tuple[str, float, float], other: tuple[str, float]) -> tuple[bool, list[str]]:
+    """A holder (name, work of its call, deadline of its next) admitted at 0 s ("first") or 9 s
+    runs its call until 2 s while the other (name, deadline) waits; then its next call (2 s of
+    work). Whether the slot was kept for it, and the order the two next calls ran in."""
+    standing = {"first": 0.0, "late comer": 9.0}
+
+    async def main() -> tuple[bool, list[str]]:
         engine = EngineScheduler(slots=1, clock=asyncio.get_running_loop().time)
         order: list[str] = []
+        name, work, then = holder
+        owner = object()
 
-        async def late_comer() -> None:
-            async with engine.slot(3.5, 2.0, object(), lambda: 9.0):
-                order.append("late comer")
+        async def waiter() -> None:
+            async with engine.slot(other[1], 2.0, object(), lambda: standing[other[0]]):
+                order.append(other[0])
 
-        first = object()
-        async with engine.slot(0.0, 2.0, first, lambda: 0.0) as got:
-            waiter = asyncio.create_task(late_comer())
+        async with engine.slot(0.0, work, owner, lambda: standing[name]) as got:
+            waits = asyncio.create_task(waiter())
             await asyncio.sleep(2.0)
-            got.then = 4.5  # its next call: due at 4.5, after the late comer's 3.5, but 2 + 2 + 2 > 4.5
-        await asyncio.sleep(0)
-        async with engine.slot(4.5, 2.0, first, lambda: 0.0):
-            order.append("first")
-        await waiter
-        return order
+            got.then = then
+        kept = id(owner) in engine._held
+        async with engine.slot(then, 2.0, owner, lambda: standing[name]):
+            order.append(name)
+        await waits
+        return kept, order
 
-    assert run_virtual(main) == ["first", "late comer"]
-
-
-def test_a_slot_is_not_kept_for_a_later_listener_whose_next_call_would_make_the_first_run_dry() -> None:
-    """The later listener's next call is due first (3.5 s against 4.5 s), but 2 + 2 + 2 > 4.5:
-    kept for it, the slot would leave the listener admitted first without audio."""
-
-    async def main() -> list[str]:
-        engine = EngineScheduler(slots=1, clock=asyncio.get_running_loop().time)
-        order: list[str] = []
-        late_comer = object()
-
-        async def first() -> None:
-            async with engine.slot(4.5, 2.0, object(), lambda: 0.0):
-                order.append("first")
-
-        async with engine.slot(0.0, 2.0, late_comer, lambda: 9.0) as got:
-            waiter = asyncio.create_task(first())
-            await asyncio.sleep(2.0)
-            got.then = 3.5
-        await asyncio.sleep(0)
-        async with engine.slot(3.5, 2.0, late_comer, lambda: 9.0):
-            order.append("late comer")
-        await waiter
-        return order
-
-    assert run_virtual(main) == ["first", "late comer"]
+    return run_virtual(main)
 
 
-def test_a_kept_slot_goes_to_the_first_listener_when_its_holder_comes_back_with_a_longer_call() -> None:
-    """Kept for the later listener's next call forecast as its last (0.5 s: 2 + 0.5 + 2 = 4.5,
-    the first listener still in time); it comes back with a 2 s call, so the first goes first."""
-
-    async def main() -> list[str]:
-        engine = EngineScheduler(slots=1, clock=asyncio.get_running_loop().time)
-        order: list[str] = []
-        late_comer = object()
-
-        async def first() -> None:
-            async with engine.slot(4.5, 2.0, object(), lambda: 0.0):
-                order.append("first")
-
-        async with engine.slot(0.0, 0.5, late_comer, lambda: 9.0) as got:
-            waiter = asyncio.create_task(first())
-            await asyncio.sleep(2.0)
-            got.then = 3.5
-        assert id(late_comer) in engine._held  # kept: its next call looked short
-        async with engine.slot(3.5, 2.0, late_comer, lambda: 9.0):
-            order.append("late comer")
-        await waiter
-        return order
-
-    assert run_virtual(main) == ["first", "late comer"]
+def test_a_kept_slot_goes_to_the_listener_admitted_first_where_the_other_would_make_it_run_dry() -> None:
+    # its next call is due after the late comer's (4.5 s against 3.5 s), but 2 + 2 + 2 > 4.5
+    assert kept_slot(("first", 2.0, 4.5), ("late comer", 3.5)) == (True, ["first", "late comer"])
+    # the late comer's next call is due first, but kept for it the slot would leave the first dry
+    assert kept_slot(("late comer", 2.0, 3.5), ("first", 4.5)) == (False, ["first", "late comer"])
+    # kept for a next call forecast as its last (0.5 s: 2 + 0.5 + 2 = 4.5, the first in time);
+    # it comes back with a 2 s call, so the first goes first
+    assert kept_slot(("late comer", 0.5, 3.5), ("first", 4.5)) == (True, ["first", "late comer"])
 
 
 def test_a_waiting_player_moves_its_deadlines_to_when_it_holds_its_preroll() -> None:
