@@ -250,6 +250,31 @@ def test_a_kept_slot_goes_to_the_listener_admitted_first_where_the_other_would_m
     assert kept_slot(("late comer", 0.5, 3.5), ("first", 4.5)) == (True, ["first", "late comer"])
 
 
+def test_a_kept_slot_goes_on_at_once_when_its_holder_joins_another_call() -> None:
+    """ "Play both": two replies of one text take turns making a segment; the one that made the
+    last keeps the slot for its next, which the other has just asked for and it joins."""
+
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        engine = EngineScheduler(slots=1, clock=loop.time)
+        a, b = object(), object()
+
+        async def other() -> float:
+            async with engine.slot(2.0, 1.0, b):
+                return loop.time()
+
+        async with engine.slot(1.0, 1.0, a) as got:
+            await asyncio.sleep(1.0)
+            got.then = 2.0
+        later = asyncio.create_task(other())
+        await asyncio.sleep(0)
+        assert not later.done()  # the slot is kept for a's next segment
+        engine.served_elsewhere(a)  # a's next segment is b's call
+        return await later
+
+    assert run_virtual(main) == pytest.approx(1.0)  # not 1.05, when the hold runs out
+
+
 def test_a_waiting_player_moves_its_deadlines_to_when_it_holds_its_preroll() -> None:
     """``edf.play``: a player told to start at its first audio, planned to start at 5 s, gets
     its first segment at 1 s: it starts then, and its next segment is due at 2 s, not 6 s, so

@@ -171,6 +171,14 @@ class EngineScheduler:
         self._held.pop(id(owner), None)
         self._grant()
 
+    def served_elsewhere(self, owner: object) -> None:
+        """``owner``'s next segment needs no call of its own (it joined another's, or came from
+        the cache): a slot kept for it goes on now, not when the hold runs out ("Play both":
+        the two replies take turns making a segment, and each waited 50 ms for the other)."""
+        if (hold := self._held.pop(id(owner), None)) is not None:
+            hold.timer.cancel()
+            self._grant()
+
     def _next(self) -> Call | None:
         """The waiter a freed slot goes to: the earliest deadline, unless one it would make run
         dry goes first (``_before``; each step to one that plays, or was admitted sooner)."""

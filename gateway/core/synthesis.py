@@ -299,6 +299,8 @@ class SynthesisHub:
             requested_mode if requested_mode is not None else (mode or ""),
             " ".join(text.split()),
         )
+        if slot is not None and slot[1] is not None and (key in self.cache or key in self.flights):
+            self.scheduler.served_elsewhere(slot[1])
         if (entry := self.cache.get(key)) is not None:
             self.cache.move_to_end(key)
             self._count("hit")
