@@ -275,6 +275,27 @@ def test_a_kept_slot_goes_on_at_once_when_its_holder_joins_another_call() -> Non
     assert run_virtual(main) == pytest.approx(1.0)  # not 1.05, when the hold runs out
 
 
+def test_play_both_never_waits_out_a_kept_slot() -> None:
+    """Two replies of one text sharing its synthesis (``cache``): no call waits out a slot kept
+    for the other reply, which joined that call."""
+
+    async def main() -> list[int]:
+        engine = Engine(sim_settings(0.5, 100_000))
+        scheduler, waited = engine.hub.scheduler, []
+        expire = scheduler._expire
+
+        def spy(owner: object) -> None:
+            waited.append(len(scheduler._waiting))
+            expire(owner)
+
+        scheduler._expire = spy  # type: ignore[method-assign]
+        heard = await round_of(engine, [paragraph(0)] * 2, cache=True)
+        assert [h.stalls for h in heard] == [0, 0], heard
+        return waited
+
+    assert not any(run_virtual(main))
+
+
 def test_a_waiting_player_moves_its_deadlines_to_when_it_holds_its_preroll() -> None:
     """``edf.play``: a player told to start at its first audio, planned to start at 5 s, gets
     its first segment at 1 s: it starts then, and its next segment is due at 2 s, not 6 s, so
