@@ -145,10 +145,16 @@ def score(texts: Sequence[str] | None, clips: Sequence[np.ndarray]) -> float | N
     return float(total.wer)
 
 
+def calibration_texts(count: int) -> list[str]:
+    """The first ``count`` reply sentences of six words or more, each ending in one stop (a
+    reply's last sentence kept its own, and came out with two until 2 December)."""
+    out = [s.strip() for r in REPLIES for s in r.split(". ") if len(s.split()) >= 6][:count]
+    return [t if t[-1] in ".!?" else t + "." for t in out]
+
+
 def calibration_feeds(model: Any, voices: Sequence[str], count: int) -> list[Feed]:
     """Reply sentences (none of the test sentences), each voice reading its share."""
-    texts = [s.strip() + "." for r in REPLIES for s in r.split(". ") if len(s.split()) >= 6][:count]
-    return [feed(model, t, voices[i % len(voices)]) for i, t in enumerate(texts)]
+    return [feed(model, t, voices[i % len(voices)]) for i, t in enumerate(calibration_texts(count))]
 
 
 def observe(

@@ -113,3 +113,11 @@ def test_one_pass_observation_and_shipped_weight_codes(tmp_path: Path) -> None:
     assert "QLinearConv" in optimized_ops(kept, tmp_path)
     for ids in IDS:
         np.testing.assert_allclose(run(kept, ids), run(static, ids), atol=0.05 * np.abs(run(static, ids)).max())
+
+
+def test_the_benchs_calibration_sentences_end_in_one_stop() -> None:
+    from bench.static_int8 import calibration_texts
+
+    texts = calibration_texts(1000)
+    assert len(texts) >= 20
+    assert all(t[-1] in ".!?" and t[-2] not in ".!?" for t in texts), [t for t in texts if t[-2] in ".!?"]
