@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
 import itertools
 import time
 from collections.abc import AsyncIterator, Callable
@@ -35,6 +34,9 @@ Standing = Callable[[], float | None]
 
 def nobody() -> float | None:
     return None
+
+
+Key = tuple[float, float, Standing, float]  # a call's deadline, work, standing and early_s
 
 
 @dataclass(slots=True, eq=False)
@@ -57,14 +59,8 @@ class _Hold:
     """A freed slot kept for its last holder, whose next call has the earliest deadline."""
 
     owner: object
-    deadline: float
+    key: Key  # its next call's: the deadline it reported, work and early_s forecast as its last one's
     timer: asyncio.TimerHandle
-    work_s: float = 0.0  # its next call's work and early_s, forecast as its last one's
-    standing: Standing = nobody
-    early_s: float = 0.0
-
-
-Key = tuple[float, float, Standing, float]  # a call's deadline, work, standing and early_s
 
 
 def _before(first: Key, then: Key, now: float, stretch: float = 1.0) -> bool:
@@ -93,7 +89,7 @@ class EngineScheduler:
         self.clock = clock
         self.stretch = stretch  # how far calls run over their forecast work now (1: on time)
         self.running: list[Call] = []
-        self._waiting: list[tuple[float, int, Call]] = []  # heap by deadline, then arrival
+        self._waiting: list[tuple[float, int, Call]] = []  # by deadline, then arrival, when sorted
         self._held: dict[int, _Hold] = {}  # by id(owner)
         self._seq = itertools.count()
         self.served: list[object | None] = []  # owners in the order they got a slot (last 64)
@@ -133,7 +129,7 @@ class EngineScheduler:
             self._start(call)
         else:
             call.granted = asyncio.get_running_loop().create_future()
-            heapq.heappush(self._waiting, (deadline, next(self._seq), call))
+            self._waiting.append((deadline, next(self._seq), call))
             self._grant()  # a kept slot yields to an earlier deadline
             try:
                 await call.granted
@@ -142,7 +138,6 @@ class EngineScheduler:
                     self._release(call)
                 else:
                     self._waiting = [w for w in self._waiting if w[2] is not call]
-                    heapq.heapify(self._waiting)
                 raise
         try:
             yield call
@@ -163,7 +158,7 @@ class EngineScheduler:
                 mine = (then, call.work_s, call.standing, call.early_s)
                 if head is None or _first(mine, _key(head), self.clock(), self.stretch()):
                     timer = asyncio.get_running_loop().call_later(HOLD_S, self._expire, owner)
-                    self._held[id(owner)] = _Hold(owner, then, timer, call.work_s, call.standing, call.early_s)
+                    self._held[id(owner)] = _Hold(owner, mine, timer)
         self._grant()
 
     def _expire(self, owner: object) -> None:
@@ -197,14 +192,12 @@ class EngineScheduler:
         while (nxt := self._next()) is not None:
             if len(self.running) + len(self._held) >= self.slots:
                 now, k = self.clock(), self.stretch()
-                latest = max(self._held.values(), key=lambda h: h.deadline, default=None)
-                held = None if latest is None else (latest.deadline, latest.work_s, latest.standing, latest.early_s)
-                if latest is None or held is None or not _first(_key(nxt), held, now, k):
+                latest = max(self._held.values(), key=lambda h: h.key[0], default=None)
+                if latest is None or not _first(_key(nxt), latest.key, now, k):
                     return
                 latest.timer.cancel()  # a call that goes first came: the kept slot is its
                 del self._held[id(latest.owner)]
             self._waiting = [w for w in self._waiting if w[2] is not nxt]
-            heapq.heapify(self._waiting)
             if nxt.granted is not None and not nxt.granted.done():
                 self._start(nxt)
                 nxt.granted.set_result(None)
