@@ -11,7 +11,7 @@ import pytest
 
 from bench.client import sse_stream, ws_stream
 from gateway.core.engine_rate import EngineRate
-from gateway.core.schedule import Forecast, preroll_s
+from gateway.core.schedule import Forecast, arrivals, forecast, preroll_s
 from gateway.core.segmenter import split_text
 from gateway.core.synthesis import SynthesisHub
 from gateway.engines.fake import FakeEngine, fake_duration_s
@@ -137,6 +137,28 @@ def test_engine_rate_follows_recent_calls() -> None:
     assert rate.rtf("exact") > 0.9
     assert rate.audio_s("x" * 30) == pytest.approx(2.0)
     assert rate.rtf("frozen") == rate.rtf("exact")  # an unseen mode borrows the measured one
+
+
+@pytest.mark.parametrize("exact_below_s", [0.0, 2.0])
+def test_segments_the_engine_makes_whole_are_forecast_whole(exact_below_s: float) -> None:
+    """An engine that makes segments under ``exact_below_s`` whole in every mode (the embedded
+    one: 2 s) delivers a short streamed-mode segment at its end, and its calls say nothing of
+    how the mode streams: a reply of a 0.9 s sentence, then a 3 s one streamed from a fifth of
+    its call, is forecast so (counted as streamed at a mean share, the short one's audio came
+    early in the forecast and the margins learned holds 2-3x their forecast)."""
+    rate = EngineRate(exact_below_s=exact_below_s)
+    for _ in range(4):  # short ones whole, long ones from a fifth of their call on
+        rate.observe("frozen-first", 0.9, 0.6, 0.6, chars=14)
+        rate.observe("frozen-first", 3.0, 2.0, 0.4, chars=46)
+    got = forecast(["Warming up,", "The engine's speed is measured on these."], ["frozen-first"] * 2, rate)
+    if exact_below_s:
+        assert got[0].first_fraction == 1.0
+        assert got[1].first_fraction == pytest.approx(0.2)
+        assert rate.first_fraction("frozen-first") == pytest.approx(0.2)  # a long segment's
+    else:  # an engine without the rule streams every segment: the mean share is all it has
+        assert got[0].first_fraction == got[1].first_fraction > 0.5
+    # the whole short segment arrives at its call's end: one piece, not 0.25 s pieces from its start
+    assert (len(arrivals(got[:1])) == 1) == bool(exact_below_s)
 
 
 @pytest.mark.parametrize(("rtf", "slow"), [(0.2, False), (1.5, True)])

@@ -264,11 +264,11 @@ class Budget:
         k = self.safety()
         return [k * self.engine_rate.predict(mode, a) for a in audio], audio
 
-    def first_fraction(self, mode: str | None) -> float:
-        """How a segment's audio arrives in the forecasts across listeners: streamed from this
-        share of its call on, or whole (1). ``frozen-first`` counts as whole: it streams only
-        while the engine has headroom (``Listener.mode_for``), which others may take."""
-        return 1.0 if mode == VocoderMode.FROZEN_FIRST else self.engine_rate.first_fraction(mode)
+    def first_fraction(self, mode: str | None, audio_s: float | None = None) -> float:
+        """How a segment's audio (``audio_s``) arrives in the forecasts across listeners: streamed
+        from this share of its call on, or whole (1). ``frozen-first`` counts as whole: it streams
+        only while the engine has headroom (``Listener.mode_for``), which others may take."""
+        return 1.0 if mode == VocoderMode.FROZEN_FIRST else self.engine_rate.first_fraction(mode, audio_s)
 
     def verdict(
         self,
@@ -284,7 +284,8 @@ class Budget:
             return Verdict(twin, twin, 0.0)
         work, seg_audio = self.plan(audio, mode)
         others, free = self.streams(exclude, queued=queued) if self.contended() else ([], [0.0])
-        start, alone = forecast(others, work, seg_audio, free, self.first_fraction(mode))
+        shape = [self.first_fraction(mode, a) for a in seg_audio]
+        start, alone = forecast(others, work, seg_audio, free, shape)
         limit = max(self.max_start_s, alone)
         return Verdict(start, alone, 0.0 if start <= limit + 1e-6 else start - limit)
 

@@ -157,12 +157,16 @@ def pieces(stream: Stream, finish: Sequence[float]) -> list[tuple[float, float, 
     return out
 
 
-def newcomer(work: Sequence[float], audio: Sequence[float], start: float, first_fraction: float = 1.0) -> Stream:
+def newcomer(
+    work: Sequence[float], audio: Sequence[float], start: float, first_fraction: float | Sequence[float] = 1.0
+) -> Stream:
     """A reply that starts playing ``start`` s from now: segment k is due then plus the audio
-    before it (each streamed from ``first_fraction`` of its time on, or whole at its end)."""
+    before it (each streamed from ``first_fraction`` of its time on, or whole at its end; one
+    share for every segment, or one per segment)."""
+    shares = [first_fraction] * len(work) if isinstance(first_fraction, (int, float)) else first_fraction
     jobs, pos = [], 0.0
-    for w, a in zip(work, audio):
-        jobs.append(job(w, start + pos, a, first_fraction))
+    for w, a, share in zip(work, audio, shares):
+        jobs.append(job(w, start + pos, a, share))
         pos += a
     return Stream(tuple(jobs))
 
@@ -172,7 +176,7 @@ def forecast(
     work: Sequence[float],
     audio: Sequence[float],
     free_at: Sequence[float],
-    first_fraction: float = 1.0,
+    first_fraction: float | Sequence[float] = 1.0,
 ) -> tuple[float, float]:
     """(start, start alone): the earliest playback start of a new reply (segments' ``work`` and
     ``audio``) that keeps every other stream no later than it is without it and every one of

@@ -45,9 +45,12 @@ class EngineRate:
     """The engine's smoothed rate (RTF) per mode, and how much audio a character of text makes
     at a speaking ``speed``."""
 
-    def __init__(self, forget: float = 0.8, prior_rtf: float = PRIOR_RTF) -> None:
+    def __init__(self, forget: float = 0.8, prior_rtf: float = PRIOR_RTF, exact_below_s: float = 0.0) -> None:
         self.forget = forget
         self.prior_rtf = prior_rtf
+        # the engine makes a segment with less audio than this whole in every vocoder mode
+        # (``Capabilities.exact_below_s``): its first audio comes at its end
+        self.exact_below_s = exact_below_s
         self._modes: dict[str, _Mode] = {}
         self._chars = [0.0, 0.0]  # decayed audio seconds x speed, characters
         # decayed mean square of how far calls of any mode ran over their forecast (0.2: 20%
@@ -88,8 +91,9 @@ class EngineRate:
             self._prior = [self._prior[0] * f, self._prior[1]]
         m.costs.observe(audio_s, wall_s)  # type: ignore[arg-type]  # the line takes any number
         m.wall, m.audio = m.wall * f + wall_s, m.audio * f + audio_s
-        m.first_frac = (m.first_frac * m.weight * f + min(1.0, first_s / wall_s)) / (m.weight * f + 1.0)
-        m.weight = m.weight * f + 1.0
+        if audio_s >= self.exact_below_s:  # (a shorter one came whole: it says nothing of how the mode streams)
+            m.first_frac = (m.first_frac * m.weight * f + min(1.0, first_s / wall_s)) / (m.weight * f + 1.0)
+            m.weight = m.weight * f + 1.0
         m.calls += 1
         if chars > 0:
             a, c = self._chars
@@ -206,8 +210,14 @@ class EngineRate:
         holds = (b for b in m.buckets() if not b.endswith(START))  # what the holds needed
         return max((f for b in holds if (f := m.factor(b, over, floor=floor)) is not None), default=None)
 
-    def first_fraction(self, mode: str | None) -> float:
-        """The share of a call's time that passes before its first audio (1: whole segments)."""
+    def first_fraction(self, mode: str | None, audio_s: float | None = None) -> float:
+        """The share of a call's time that passes before its first audio (1: whole segments), for
+        a segment of ``audio_s`` (None: a long one). Short segments come whole in every mode:
+        counted as streamed at the mode's share (the mean over whole and streamed calls), a reply
+        opening on a 0.9 s sentence was forecast to deliver 0.45 s of it early, and the margins
+        learned from it that holds needed 1.9-3x their forecast (``bench listeners``)."""
+        if audio_s is not None and audio_s < self.exact_below_s:
+            return 1.0
         m = self._mode(mode)
         return m.first_frac if m is not None else 1.0
 

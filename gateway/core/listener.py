@@ -139,19 +139,19 @@ class Listener:
         it holds its preroll (``edf.play``); else at the start planned for it."""
         rate, mode = self.engine_rate, self.later_mode()
         if self.budget is not None:
-            k, fraction = self.budget.safety(), self.budget.first_fraction(mode)
+            k, shape = self.budget.safety(), self.budget.first_fraction
         else:
-            k, fraction = rate.safety(self.settings.preroll_safety), rate.first_fraction(mode)
+            k, shape = rate.safety(self.settings.preroll_safety), rate.first_fraction
         due, release, jobs = self.deadline() - now, 0.0, []
         for i, a in enumerate(audio):
             left = max(0.0, a - self.segment_samples / self.sample_rate) if i == 0 and current else a
             if i == 0 and current and running is not None:
                 release = running  # on the engine now: its slot is busy that long
             elif a > 0:
-                jobs.append(job(k * rate.predict(mode, a) * left / a, due, left, fraction))
+                jobs.append(job(k * rate.predict(mode, a) * left / a, due, left, shape(mode, a)))
             due += left
         if anchored and self.live and self.t_play is None and self.start_at is None and not self.options.buffered_s:
-            first = job(k * rate.predict(mode, audio[0]), 0.0, audio[0], fraction) if audio else None
+            first = job(k * rate.predict(mode, audio[0]), 0.0, audio[0], shape(mode, audio[0])) if audio else None
             return self._anchored(tuple(jobs), release, now, first if current and running is not None else None)
         return Stream(tuple(jobs), release)
 

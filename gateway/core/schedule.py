@@ -25,7 +25,7 @@ class Rate(Protocol):  # what ``engine_rate.EngineRate`` offers a forecast (no i
 
     def predict(self, mode: str | None, audio_s: float) -> float: ...
 
-    def first_fraction(self, mode: str | None) -> float: ...
+    def first_fraction(self, mode: str | None, audio_s: float | None = None) -> float: ...
 
 
 PIECE_S = 0.25  # a streamed segment is modelled as pieces of this much audio
@@ -156,5 +156,5 @@ def forecast(texts: Sequence[str], modes: Sequence[str | None], rate: Rate, spee
     for text, mode in zip(texts, modes):
         audio = rate.audio_s(text, speed)
         if audio > 0:
-            out.append(Forecast(audio, rate.predict(mode, audio), rate.first_fraction(mode)))
+            out.append(Forecast(audio, rate.predict(mode, audio), rate.first_fraction(mode, audio)))
     return out

@@ -100,7 +100,7 @@ class Flight:
         deadline, owner = slot if slot is not None else (hub.clock(), None)
         audio = hub.engine_rate.audio_s(text, speed)
         work = hub.engine_rate.predict(mode, audio)
-        early = early_s(work, audio, hub.engine_rate.first_fraction(mode))
+        early = early_s(work, audio, hub.engine_rate.first_fraction(mode, audio))
         lead = (buffered_s, waiting)  # what the listener holds, and whether their player waits
         self.task = asyncio.create_task(self._scheduled(text, voice, speed, mode, lead, (deadline, work, early), owner))
 
@@ -262,6 +262,7 @@ class SynthesisHub:
         self.clock = clock  # every schedule's clock (a test's virtual time: tests/support/virtual_time.py)
         self.engine_rate = engine_rate or EngineRate()
         rate = self.engine_rate
+        rate.exact_below_s = engine.capabilities.exact_below_s
 
         def overrun() -> float:  # who goes first when not every deadline can be met counts it
             return 1.0 + max(0.0, rate.recent_overrun(), rate.peak())
