@@ -300,13 +300,15 @@ class SynthesisHub:
             requested_mode if requested_mode is not None else (mode or ""),
             " ".join(text.split()),
         )
-        if slot is not None and slot[1] is not None and (key in self.cache or key in self.flights):
+        entry = self.cache.get(key)
+        flight = self.flights.get(key) if entry is None else None
+        if slot is not None and slot[1] is not None and (entry is not None or flight is not None):
             self.scheduler.served_elsewhere(slot[1])
-        if (entry := self.cache.get(key)) is not None:
+        if entry is not None:
             self.cache.move_to_end(key)
             self._count("hit")
             return _once(*entry)
-        if (flight := self.flights.get(key)) is not None:
+        if flight is not None:
             self._count("join")
             return flight.follow()
         self._count("miss")
