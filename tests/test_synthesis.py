@@ -10,7 +10,10 @@ import aiohttp
 import pytest
 
 from bench.client import sse_stream, ws_stream
+from gateway.config import Settings
 from gateway.core.engine_rate import EngineRate
+from gateway.core.listener import Listener
+from gateway.core.options import StreamOptions
 from gateway.core.schedule import Forecast, arrivals, forecast, preroll_s
 from gateway.core.segmenter import split_text
 from gateway.core.synthesis import SynthesisHub
@@ -237,6 +240,12 @@ def modal_rate(exact: float, streamed: float) -> EngineRate:
     return rate
 
 
+def frozen_first_listener(rate: EngineRate, settings: Settings) -> Listener:
+    """A live ``frozen-first`` reply's listener on a clock that stands still."""
+    options = StreamOptions(voice="tone_a", vocoder="frozen-first")
+    return Listener(rate, settings, options, requested="frozen-first", sample_rate=24000, clock=lambda: 100.0)
+
+
 @pytest.mark.parametrize(("streamed", "later"), [(0.8, "frozen-first"), (1.6, "exact")])
 def test_a_player_not_started_gets_the_later_segments_that_start_it_sooner(streamed: float, later: str) -> None:
     """The demo's default text. Streaming inside a segment a little slower than real time (RTF
@@ -244,25 +253,39 @@ def test_a_player_not_started_gets_the_later_segments_that_start_it_sooner(strea
     whole and so put the whole next segment into its hold (Play both's start jumped about 1 s
     there); far slower (1.6), exact does. Once the player plays, that slow goes exact again."""
     from bench.firstreply import TEXT as DEFAULT_TEXT
-    from gateway.config import Settings
-    from gateway.core.listener import Listener, preroll_ms
-    from gateway.core.options import StreamOptions
 
     texts, settings = split_text(DEFAULT_TEXT, first_clause_words=2), Settings(preroll_safety=1.3)
     rate = modal_rate(0.4, streamed)
-    listener = Listener(
-        rate,
-        settings,
-        StreamOptions(voice="tone_a", vocoder="frozen-first"),
-        requested="frozen-first",
-        sample_rate=24000,
-        clock=lambda: 100.0,
-    )
+    listener = frozen_first_listener(rate, settings)
     told = listener.preroll_ms(texts, "frozen-first", complete=True)
-    exact_later = preroll_ms(rate, settings, 1.0, texts, 0.0, ["frozen-first"] + ["exact"] * (len(texts) - 1))
+    exact_later = rate.preroll_ms(1.3, 1.0, texts, 0.0, ["frozen-first"] + ["exact"] * (len(texts) - 1))
     two_whole = sum(rate.audio_s(x) for x in texts[:2]) * 1000
     assert listener.later_mode() == later and exact_later >= two_whole - 1
     assert told < two_whole if later == "frozen-first" else told == exact_later
     listener.first_audio()
     listener.made(24000 * 10)  # the player holds its preroll: it plays
     assert listener.t_play is not None and listener.mode_for(texts[1]) == "exact"
+
+
+def test_a_replys_later_prerolls_take_the_margin_of_its_own_kind() -> None:
+    """A ``frozen-first`` reply whose later segment is made exact: its preroll for that segment
+    is stretched by what ``frozen-first`` replies needed, not by exact's rule before learning
+    (``bench listeners``: 1.15 where its kind had learned 1.44; the call ran 32% over and the
+    player stalled 1.2 s)."""
+    from bench.firstreply import TEXT as DEFAULT_TEXT
+
+    texts, settings = split_text(DEFAULT_TEXT, first_clause_words=2), Settings(preroll_safety=1.15)
+    rate = modal_rate(0.6, 1.6)  # streaming far slower than real time: later segments go exact
+    rate.learn("frozen-first", 1.8, 1.15)  # replies of this kind needed their forecast x 1.8
+    learned, rule = rate.safety(1.15, "frozen-first"), rate.safety(1.15, "exact")
+    assert learned > rule + 0.2
+    listener = frozen_first_listener(rate, settings)
+    listener.preroll_ms(texts, "frozen-first", complete=True)
+    listener.first_audio()
+    listener.made(2400)  # 0.1 s: the player waits for its hold
+    later = listener.later_mode()
+    told = listener.preroll_ms(texts[1:], "exact")
+    modes = ["exact"] + [later] * (len(texts) - 2)
+    held = listener.buffered_s()
+    assert told == rate.preroll_ms(1.15, 1.0, texts[1:], held, modes, "frozen-first")
+    assert told > rate.preroll_ms(1.15, 1.0, texts[1:], held, modes, "exact")

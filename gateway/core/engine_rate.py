@@ -18,11 +18,13 @@ while few replies were seen); before that it follows the calls' overruns.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..kokoro.vocoder.pacing import CostModel
 from .margins import START, Margins
+from .schedule import forecast, preroll_s
 
 DEFAULT = "default"  # the key of engines without vocoder modes (and of an unnamed mode)
 PRIOR_RTF = 1.0  # before any measurement: assume real time, the pessimistic side of most hosts
@@ -220,6 +222,23 @@ class EngineRate:
             return 1.0
         m = self._mode(mode)
         return m.first_frac if m is not None else 1.0
+
+    def preroll_ms(
+        self,
+        floor: float,
+        speed: float,
+        texts: Sequence[str],
+        held_s: float,
+        modes: Sequence[str | None],
+        bucket: str | None = None,
+    ) -> int:
+        """Audio (ms) a player should hold before it starts or resumes, for ``texts`` still to come
+        (each in its mode of ``modes``, at ``speed``) and ``held_s`` it has not heard, stretched by
+        the margin learned for replies of ``bucket`` (None: replies starting as ``texts[0]``
+        does; ``floor``: ``preroll_safety``, see ``safety``)."""
+        segments = forecast(texts, modes, self, speed)
+        bucket = bucket or (modes[0] if modes else None) or DEFAULT
+        return round(1000 * preroll_s(segments, held_s, self.safety(floor, bucket)))
 
     def audio_s(self, text: str, speed: float = 1.0) -> float:
         """How much audio ``text`` will make, from the characters per second measured so far."""

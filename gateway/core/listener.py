@@ -22,7 +22,7 @@ from .edf import TIE_S, Job, job, pieces, placed, play, reached
 from .engine_rate import DEFAULT, EngineRate
 from .margins import Plan, scaled, started
 from .options import StreamOptions
-from .schedule import arrivals, earliest_start, forecast, preroll_from, preroll_s, start_on, start_s
+from .schedule import arrivals, earliest_start, forecast, preroll_from, start_on, start_s
 
 if TYPE_CHECKING:
     from .budget import Budget
@@ -32,16 +32,6 @@ if TYPE_CHECKING:
 GRACE_S = 0.03
 SHARED = "shared"  # the margins' bucket of replies forecast beside other listeners' work
 Placement = tuple[list[tuple[float, float, float]], float]  # pieces beside the others, and their stretch
-
-
-def preroll_ms(
-    rate: EngineRate, settings: Settings, speed: float, texts: Sequence[str], held_s: float, modes: Sequence[str | None]
-) -> int:
-    """Audio (ms) a player should hold before it starts or resumes, for ``texts`` still to come
-    (each in its mode of ``modes``, at ``speed``) and ``held_s`` it has not heard, at ``rate``."""
-    segments = forecast(texts, modes, rate, speed)
-    bucket = (modes[0] if modes else None) or DEFAULT  # the margin learned for replies starting so
-    return round(1000 * preroll_s(segments, held_s, rate.safety(settings.preroll_safety, bucket)))
 
 
 class Listener:
@@ -77,6 +67,7 @@ class Listener:
         self.more: Callable[[], bool] = lambda: False  # another segment is cut and waits (the pipeline's)
         self.stream_to_start = False  # later segments streamed until the player starts (``preroll_ms``)
         self.offer: float | None = None  # the start ``preroll_ms`` last offered (``_start_offer``)
+        self.bucket: str | None = None  # the margins' bucket of the reply: its first segment's mode
 
     def made(self, samples: int) -> None:
         self.samples += samples
@@ -229,7 +220,8 @@ class Listener:
         Exact ones arrive whole, so the hold takes in the next segment whole."""
         if self.requested != VocoderMode.FROZEN_FIRST or len(texts) < 2 or not self._streaming_too_slow():
             return False
-        rate, k = self.engine_rate, self.engine_rate.safety(self.settings.preroll_safety, mode or DEFAULT)
+        rate = self.engine_rate
+        k = rate.safety(self.settings.preroll_safety, self.bucket or mode or DEFAULT)
         exact, streamed = (
             start_s(
                 forecast(texts, [mode] + [later] * (len(texts) - 1), rate, self.options.speed), self.buffered_s(), k
@@ -241,7 +233,11 @@ class Listener:
     def preroll_ms(self, texts: Sequence[str], mode: str | None, complete: bool = False) -> int:
         """``preroll_ms`` for a player now; ``texts[0]`` is the segment starting (in ``mode``),
         the rest what is forecast to follow it; ``complete``: they are the whole reply, and
-        nothing was made yet (the forecast the margins learn from)."""
+        nothing was made yet (the forecast the margins learn from). Every one is stretched by what
+        replies of its kind needed (``bucket``), whatever mode a later segment gets: exact's rule
+        there (1.15, where frozen-first had learned 1.44) stalled a player 1.2 s."""
+        if self.bucket is None:
+            self.bucket = mode or DEFAULT
         if self.live and self.t_play is None:
             self.stream_to_start = self._streamed_starts_sooner(texts, mode)
         later = self.later_mode()
@@ -252,7 +248,9 @@ class Listener:
         ms = (
             round(1000 * preroll_from(self._stretched(shared, SHARED), self.buffered_s()))
             if shared is not None
-            else preroll_ms(self.engine_rate, self.settings, self.options.speed, texts, self.buffered_s(), modes)
+            else self.engine_rate.preroll_ms(
+                self.settings.preroll_safety, self.options.speed, texts, self.buffered_s(), modes, self.bucket
+            )
         )
         self.tell(ms / 1000)
         self.offer = self._start_offer(texts, modes, ms / 1000, shared)
@@ -273,7 +271,7 @@ class Listener:
         if shared is not None:  # where the scheduler serves it beside the others
             got = self._stretched(shared, started(SHARED), max(least, 1.0 + 2.0 * rate.peak()))
         else:
-            k = max(least, rate.safety(floor, started((modes[0] if modes else None) or DEFAULT)))
+            k = max(least, rate.safety(floor, started(self.bucket or (modes[0] if modes else None) or DEFAULT)))
             segments = forecast(texts, modes, rate, self.options.speed)
             late = rate.peak() * k * segments[0].compute_s if segments else 0.0  # one call at its peak
             got = [(at + late, audio, pos) for at, audio, pos in arrivals(segments, k)]

@@ -26,7 +26,6 @@ from ..errors import BadRequest, Overloaded
 from ..metrics import Metrics
 from .budget import ADMIT, Verdict, planned, share_key
 from .conversation import AGENT_CODES, Conversation, Turn
-from .listener import preroll_ms
 from .options import StreamOptions
 from .pipeline import OUT_EVENTS, Event, Pipeline
 from .segmenter import split_text
@@ -102,7 +101,8 @@ class StreamSession:
         if shared is not None:
             preroll = round(1000 * shared)
         else:
-            preroll = preroll_ms(self.hub.engine_rate, s, o.speed, texts, 0.0, [self.requested_vocoder()] * len(texts))
+            modes = [self.requested_vocoder()] * len(texts)
+            preroll = self.hub.engine_rate.preroll_ms(s.preroll_safety, o.speed, texts, 0.0, modes)
         listener.tell(preroll / 1000)
         return {
             "session": self.id,
