@@ -164,6 +164,25 @@ def test_segments_the_engine_makes_whole_are_forecast_whole(exact_below_s: float
     assert (len(arrivals(got[:1])) == 1) == bool(exact_below_s)
 
 
+def test_segments_made_whole_are_costed_on_exact_calls_line() -> None:
+    """A streaming mode's short segments are made whole, by the same work as an exact call, and
+    cost what exact's line says; its own line is fitted on the segments it streams. One line over
+    both bent (traced on ``bench listeners``: short calls ran at a median 1.24x their forecast,
+    1-2 s ones at 0.89x). The mode's RTF still counts every call it made."""
+    rate = EngineRate(exact_below_s=2.0)
+    for audio in (0.5, 1.5, 3.0, 5.0) * 3:
+        rate.observe("exact", audio, 0.3 + 0.4 * audio, 0.3 + 0.4 * audio)  # fixed 0.3 s + 0.4 s per s
+    for audio in (0.6, 2.5, 1.2, 4.0, 0.9, 6.0) * 3:  # short ones whole, at exact's cost
+        wall = 0.3 + 0.4 * audio if audio < 2.0 else 0.1 + 0.7 * audio
+        rate.observe("frozen-first", audio, wall, wall if audio < 2.0 else 0.2 * wall)
+    for audio in (0.6, 1.2, 1.9):
+        assert rate.predict("frozen-first", audio) == pytest.approx(0.3 + 0.4 * audio, rel=1e-6)
+    for audio in (2.5, 4.0, 8.0):
+        assert rate.predict("frozen-first", audio) == pytest.approx(0.1 + 0.7 * audio, rel=1e-6)
+    assert rate.noise() == pytest.approx(0.0, abs=1e-6)  # every call on its forecast
+    assert rate.snapshot()["frozen-first"]["calls"] == 18 and rate.snapshot()["exact"]["calls"] == 12
+
+
 @pytest.mark.parametrize(("rtf", "slow"), [(0.2, False), (1.5, True)])
 async def test_preroll_ms_follows_the_engines_speed(start_server, http, rtf: float, slow: bool) -> None:
     server = await start_server(fake_settings(fake_rtf=rtf, fake_chunk_ms=100))
