@@ -166,24 +166,21 @@ def test_segments_the_engine_makes_whole_are_forecast_whole(exact_below_s: float
 
 def test_segments_made_whole_are_costed_on_exact_calls_line() -> None:
     """A streaming mode's short segments are made whole, by the same work as an exact call, and
-    cost what exact's line says; the ones it streams cost exact's line plus the mode's own cost
-    per second over it. One line over both bent (traced on ``bench listeners``: short calls ran
-    at a median 1.24x their forecast, 1-2 s ones at 0.89x); a line over the streamed ones alone,
-    2-5 s long, took its slope from two calls 0.5 s apart. The mode's RTF counts every call."""
+    cost what exact's line says; its own line is fitted on the segments it streams. One line over
+    both bent (traced on ``bench listeners``: short calls ran at a median 1.24x their forecast,
+    1-2 s ones at 0.89x). The mode's RTF still counts every call it made."""
     rate = EngineRate(exact_below_s=2.0)
     for audio in (0.5, 1.5, 3.0, 5.0) * 3:
         rate.observe("exact", audio, 0.3 + 0.4 * audio, 0.3 + 0.4 * audio)  # fixed 0.3 s + 0.4 s per s
-    # streamed ones 0.15 s per s over exact's, give or take 0.1 s (as traced: 3.55 s in 1.90 s,
-    # 3.08 s in 1.86 s); short ones whole, at exact's cost
-    for audio, noise in ((3.5, -0.1), (3.0, 0.1), (0.6, 0.0), (1.2, 0.0), (0.9, 0.0)):
-        wall = 0.3 + 0.4 * audio + (0.15 * audio + noise if audio >= 2.0 else 0.0)
+    for audio in (0.6, 2.5, 1.2, 4.0, 0.9, 6.0) * 3:  # short ones whole, at exact's cost
+        wall = 0.3 + 0.4 * audio if audio < 2.0 else 0.1 + 0.7 * audio
         rate.observe("frozen-first", audio, wall, wall if audio < 2.0 else 0.2 * wall)
     for audio in (0.6, 1.2, 1.9):
         assert rate.predict("frozen-first", audio) == pytest.approx(0.3 + 0.4 * audio, rel=1e-6)
-    for audio in (2.2, 4.0, 8.0):  # (their own line: 1.6 s + 0.15 s per s, 2.8 s for 8 s)
-        assert rate.predict("frozen-first", audio) == pytest.approx(0.3 + 0.55 * audio, abs=0.1)
-    assert rate.noise() < 0.06  # the short calls and the second streamed one on their forecast
-    assert rate.snapshot()["frozen-first"]["calls"] == 5 and rate.snapshot()["exact"]["calls"] == 12
+    for audio in (2.5, 4.0, 8.0):
+        assert rate.predict("frozen-first", audio) == pytest.approx(0.1 + 0.7 * audio, rel=1e-6)
+    assert rate.noise() == pytest.approx(0.0, abs=1e-6)  # every call on its forecast
+    assert rate.snapshot()["frozen-first"]["calls"] == 18 and rate.snapshot()["exact"]["calls"] == 12
 
 
 @pytest.mark.parametrize(("rtf", "slow"), [(0.2, False), (1.5, True)])

@@ -43,8 +43,6 @@ class _Mode:
     weight: float = 0.0
     calls: int = 0
     lined: int = 0  # calls its line was fitted on (``EngineRate._line``)
-    extra: float = 0.0  # a streaming mode's decayed mean cost per audio second over exact's line
-    extra_w: float = 0.0  # ... its weight (``EngineRate._over_exact``)
 
 
 class EngineRate:
@@ -79,8 +77,8 @@ class EngineRate:
             return
         m = self._modes.setdefault(mode or DEFAULT, _Mode(CostModel(self.forget)))
         line = self._modes.setdefault(self._line(mode, audio_s), _Mode(CostModel(self.forget)))
-        f, exact = self.forget, self._over_exact(mode, audio_s)
-        if line.lined > 1 or exact is not None:  # how wrong the forecast was, before this call moves it
+        f = self.forget
+        if line.lined > 1:  # how wrong the forecast was, before this call moves it (a line: two calls)
             predicted = max(self.predict(mode, audio_s), 1e-6)
             tw, tp = self._typical
             self._typical = [tw * f + 1.0, tp * f + predicted]
@@ -96,10 +94,6 @@ class EngineRate:
             self._latest = (shrunk, self._latest[0])
             self._peak = max(over, self._peak * PEAK_FORGET)
             self._prior = [self._prior[0] * f, self._prior[1]]
-        if exact is not None or (exact := self._over_exact(mode, audio_s, measured=False)) is not None:
-            over_exact = (wall_s - exact.costs.predict(audio_s)) / audio_s  # type: ignore[arg-type]
-            m.extra = (m.extra * m.extra_w * f + over_exact) / (m.extra_w * f + 1.0)
-            m.extra_w = m.extra_w * f + 1.0
         line.costs.observe(audio_s, wall_s)  # type: ignore[arg-type]  # the line takes any number
         line.lined += 1
         m.wall, m.audio = m.wall * f + wall_s, m.audio * f + audio_s
@@ -119,20 +113,6 @@ class EngineRate:
         if mode and mode != VocoderMode.EXACT and audio_s < self.exact_below_s:
             return VocoderMode.EXACT
         return mode or DEFAULT
-
-    def _over_exact(self, mode: str | None, audio_s: float, measured: bool = True) -> _Mode | None:
-        """Exact's measurements, where a call of ``audio_s`` in ``mode`` is one the streaming mode
-        streams and is forecast as exact's line plus the mode's own cost per audio second over it
-        (``measured``: once that cost was measured; else only once exact's line is), else None.
-        The calls a mode streams are 2-5 s long: fitted as a line of their own, two calls 0.5 s
-        apart gave a slope of 0.08 and a fixed cost of 1.6 s, and a 2.2 s call forecast at 1.8 s
-        took 1.47 s (a lone listener held 0.94 s past its oracle on ``bench listeners``)."""
-        if not mode or mode == VocoderMode.EXACT or not 0 < self.exact_below_s <= audio_s:
-            return None
-        exact, m = self._modes.get(VocoderMode.EXACT), self._modes.get(mode)
-        if exact is None or exact.lined < 2 or m is None or (measured and m.extra_w <= 0):
-            return None
-        return exact
 
     def _mode(self, mode: str | None) -> _Mode | None:
         """The mode's measurements; another mode's while this one has none (same engine)."""
@@ -157,12 +137,7 @@ class EngineRate:
         no cheaper than the mode with a line (the cost of a call's text, encoder and session is
         every mode's). The warm-up measures ``frozen-first`` on one long sentence, and the first
         reply's "Hello!" then took 0.54-1.08 s against forecasts of 0.28-0.50 s in 12 of 12
-        browser runs: the 100% "overrun" widened the next holds to 2-3.9 s. A streaming mode's
-        streamed calls: exact's line plus the mode's cost per second over it (``_over_exact``)."""
-        if (exact := self._over_exact(mode, audio_s)) is not None:
-            over = self._modes[mode or DEFAULT].extra * audio_s
-            if (got := exact.costs.predict(audio_s) + over) > 0:  # type: ignore[arg-type]
-                return got
+        browser runs: the 100% "overrun" widened the next holds to 2-3.9 s."""
         m = self._modes.get(self._line(mode, audio_s))
         if m is None or not m.lined:
             m = self._mode(mode)
