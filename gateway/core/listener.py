@@ -220,8 +220,7 @@ class Listener:
         Exact ones arrive whole, so the hold takes in the next segment whole."""
         if self.requested != VocoderMode.FROZEN_FIRST or len(texts) < 2 or not self._streaming_too_slow():
             return False
-        rate = self.engine_rate
-        k = rate.safety(self.settings.preroll_safety, self.bucket or mode or DEFAULT)
+        rate, k = self.engine_rate, self.engine_rate.safety(self.settings.preroll_safety, self.bucket or DEFAULT)
         exact, streamed = (
             start_s(
                 forecast(texts, [mode] + [later] * (len(texts) - 1), rate, self.options.speed), self.buffered_s(), k
@@ -271,7 +270,7 @@ class Listener:
         if shared is not None:  # where the scheduler serves it beside the others
             got = self._stretched(shared, started(SHARED), max(least, 1.0 + 2.0 * rate.peak()))
         else:
-            k = max(least, rate.safety(floor, started(self.bucket or (modes[0] if modes else None) or DEFAULT)))
+            k = max(least, rate.safety(floor, started(self.bucket or DEFAULT)))
             segments = forecast(texts, modes, rate, self.options.speed)
             late = rate.peak() * k * segments[0].compute_s if segments else 0.0  # one call at its peak
             got = [(at + late, audio, pos) for at, audio, pos in arrivals(segments, k)]
