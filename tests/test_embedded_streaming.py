@@ -8,8 +8,10 @@ gets one exact call, and closing a stream mid-segment stops its chunks.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -87,6 +89,34 @@ async def test_a_listener_with_audio_in_hand_gets_one_exact_call(engine: Embedde
     waiting = await chunks_of(engine, buffered_s=0.0)
     assert len(calm) == 1 and len(waiting) >= 2
     assert abs(len(calm[0]) - sum(len(c) for c in waiting)) / RATE < 0.06
+
+
+async def test_the_vocoder_paces_for_what_a_playing_listener_holds_after_the_encoder(
+    engine: EmbeddedEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the listener's buffer came with the call; a playing player's drains through the G2P and
+    # the encoder's pass (here the G2P takes 0.4 s more): the chunks are sized to what is left
+    # (sized to the whole, Play both's first chunk after "Hello!" came 0.73 s later, with 0.64 s
+    # held). A player waiting for its preroll has all of it still.
+    model, vocoder = engine._model, engine.host.vocoder
+    assert model is not None and vocoder is not None
+    g2p, stream = model.phonemes_words, vocoder.stream_encoded
+    told: list[float] = []
+
+    def slow_g2p(*a: Any, **kw: Any) -> Any:
+        time.sleep(0.4)
+        return g2p(*a, **kw)
+
+    def recorded(*a: Any, **kw: Any) -> Any:
+        told.append(kw["buffered_s"])
+        return stream(*a, **kw)
+
+    monkeypatch.setattr(model, "phonemes_words", slow_g2p)
+    monkeypatch.setattr(vocoder, "stream_encoded", recorded)
+    playing = await chunks_of(engine, buffered_s=2.0)
+    waiting = await chunks_of(engine, buffered_s=2.0, waiting=True)
+    assert told[0] <= 1.6 and told[1] == 2.0, told
+    assert playing and waiting
 
 
 async def test_a_short_segment_goes_exact_in_one_call(engine: EmbeddedEngine) -> None:

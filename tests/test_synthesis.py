@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 import pytest
@@ -18,9 +20,11 @@ from gateway.core.schedule import Forecast, arrivals, forecast, preroll_s
 from gateway.core.segmenter import split_text
 from gateway.core.synthesis import SynthesisHub
 from gateway.engines.fake import FakeEngine, fake_duration_s
+from gateway.kokoro.timestamps import WordTimes
 from gateway.web.state import GATEWAY
 
 from .conftest import fake_settings
+from .support.virtual_time import run_virtual
 
 TEXT = "The first sentence is here. The second one follows it closely. A third sentence ends the reply."
 SEGMENTS = len(split_text(TEXT, first_clause_words=2))
@@ -105,6 +109,47 @@ async def test_the_cache_keeps_to_its_size_limit() -> None:
             pass
     assert hub.cache_bytes <= hub.cache_limit
     assert len(hub.cache) == 2 and [k[3] for k in hub.cache] == [t.strip() for t in texts[-2:]]
+
+
+class AskedEngine(FakeEngine):
+    """Records the hints each call was given: (text, buffered_s, waiting)."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self.asked: list[tuple[str, float, bool]] = []
+
+    async def synthesize(self, text: str, **kw: Any) -> AsyncIterator[bytes | WordTimes]:  # type: ignore[override]
+        self.asked.append((text, kw.get("buffered_s", 0.0), kw.get("waiting", False)))
+        async for item in super().synthesize(text, **kw):
+            yield item
+
+
+def test_the_engine_is_told_what_a_playing_listener_holds_when_its_call_starts() -> None:
+    """A listener's buffer is measured when its segment is asked for; a playing player's drains
+    until the engine starts the call. Told the figure from before its wait, the embedded engine
+    sized a first chunk to audio already played (Play both ran dry 0.17-0.23 s in Chromium). A
+    player still waiting for its preroll has all of it."""
+    first, later = "One two three four five six seven eight.", "Nine ten."
+
+    async def main() -> list[tuple[str, float, bool]]:
+        engine = AskedEngine(fake_settings(fake_rtf=0.5, fake_workers=1))
+        hub = SynthesisHub(engine, clock=asyncio.get_running_loop().time)
+
+        async def drain(text: str, held: float, waiting: bool) -> None:
+            async for _ in hub.synthesize(
+                text, voice="tone_a", speed=1.0, buffered_s=held, waiting=waiting, share=False
+            ):
+                pass
+
+        busy = asyncio.create_task(drain(first, 0.0, False))
+        await asyncio.sleep(0)  # it has the engine's one slot
+        await asyncio.gather(busy, drain(later, 3.0, False), drain(later, 3.0, True))
+        return engine.asked
+
+    asked = run_virtual(main)
+    took = 0.5 * fake_duration_s(first)  # the first call's compute: the others waited that long
+    assert asked[0] == (first, 0.0, False)
+    assert sorted(asked[1:], key=lambda a: a[2]) == [(later, pytest.approx(3.0 - took), False), (later, 3.0, True)]
 
 
 async def test_engine_errors_reach_every_sharer(start_server, http) -> None:

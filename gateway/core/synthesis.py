@@ -101,7 +101,8 @@ class Flight:
         audio = hub.engine_rate.audio_s(text, speed)
         work = hub.engine_rate.predict(mode, audio)
         early = early_s(work, audio, hub.engine_rate.first_fraction(mode, audio))
-        lead = (buffered_s, waiting)  # what the listener holds, and whether their player waits
+        lead = (buffered_s, waiting)  # what the listener holds now, and whether their player waits
+        self.asked = hub.clock()  # ... measured then: a playing player's buffer drains until the call starts
         self.task = asyncio.create_task(self._scheduled(text, voice, speed, mode, lead, (deadline, work, early), owner))
 
     async def _scheduled(
@@ -140,6 +141,8 @@ class Flight:
         try:
             extra = {"timestamps": True} if hub.engine.capabilities.timestamps else {}
             held, waiting = lead
+            if held > 0 and not waiting:  # (a waiting player's buffer is all still there)
+                held = max(0.0, held - (started - self.asked))
             synth = hub.engine.synthesize(
                 text, voice=voice, speed=speed, vocoder=mode, buffered_s=held, waiting=waiting, **extra
             )

@@ -256,6 +256,7 @@ class EmbeddedEngine(EngineBase):
         """
         model = self.require(self._model)
         mode = self.capabilities.vocoder_for(vocoder) or VocoderMode.EXACT  # no modes: the whole model
+        called, made_s = time.perf_counter(), 0.0
         phonemes, tokens, exact = await self._run(lambda: model.phonemes_words(text, voice), "G2P")
         pieces = split_phonemes(phonemes)
         words = SegmentWords(tokens, phonemes, pieces, exact) if timestamps else None
@@ -275,11 +276,17 @@ class EmbeddedEngine(EngineBase):
                 times = words.piece(index, enc.durations, start * FRAME, max(0, stop - start) * FRAME)
                 if stop > start:
                     yield times
-            chunks = streamer.stream_encoded(
-                enc, style, voice, mode=stream_mode, buffered_s=buffered_s, waiting=waiting
-            )
+            # what a playing listener holds now: its buffer played on through the G2P and the
+            # encoder's pass (a first chunk sized to the buffer as it was when the call came
+            # ran it dry by that much: Play both after "Hello!", 0.64 s held, first audio 0.73 s
+            # later), with this call's audio so far; a waiting player's is all still there
+            held = buffered_s
+            if buffered_s > 0 and not waiting:
+                held = max(0.0, buffered_s + made_s - (time.perf_counter() - called))
+            chunks = streamer.stream_encoded(enc, style, voice, mode=stream_mode, buffered_s=held, waiting=waiting)
             while (audio := await self._run(functools.partial(self._next_chunk, chunks), "inference")) is not None:
                 if audio.size:
+                    made_s += audio.size / self.sample_rate
                     yield to_pcm16(audio)
 
     def _next_chunk(self, chunks: Iterator[np.ndarray]) -> np.ndarray | None:
