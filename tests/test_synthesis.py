@@ -124,32 +124,53 @@ class AskedEngine(FakeEngine):
             yield item
 
 
+class Owner:
+    """A listener as the engine's queue sees it: playing or not."""
+
+    def __init__(self, playing: bool) -> None:
+        self.playing = playing
+
+    def next_deadline(self, call_audio_s: float) -> float | None:
+        return None
+
+    def standing(self) -> float | None:
+        return 0.0 if self.playing else None
+
+
 def test_the_engine_is_told_what_a_playing_listener_holds_when_its_call_starts() -> None:
     """A listener's buffer is measured when its segment is asked for; a playing player's drains
     until the engine starts the call. Told the figure from before its wait, the embedded engine
     sized a first chunk to audio already played (Play both ran dry 0.17-0.23 s in Chromium). A
-    player still waiting for its preroll has all of it."""
+    player that has not started (waiting for its preroll, or holding it while calls run slow)
+    has all of it."""
     first, later = "One two three four five six seven eight.", "Nine ten."
 
     async def main() -> list[tuple[str, float, bool]]:
         engine = AskedEngine(fake_settings(fake_rtf=0.5, fake_workers=1))
         hub = SynthesisHub(engine, clock=asyncio.get_running_loop().time)
 
-        async def drain(text: str, held: float, waiting: bool) -> None:
+        async def drain(text: str, held: float, waiting: bool, playing: bool) -> None:
+            slot = (0.0, Owner(playing))
             async for _ in hub.synthesize(
-                text, voice="tone_a", speed=1.0, buffered_s=held, waiting=waiting, share=False
+                text, voice="tone_a", speed=1.0, buffered_s=held, waiting=waiting, share=False, slot=slot
             ):
                 pass
 
-        busy = asyncio.create_task(drain(first, 0.0, False))
+        busy = asyncio.create_task(drain(first, 0.0, False, False))
         await asyncio.sleep(0)  # it has the engine's one slot
-        await asyncio.gather(busy, drain(later, 3.0, False), drain(later, 3.0, True))
+        await asyncio.gather(
+            busy, drain(later, 3.0, False, True), drain(later, 2.0, True, False), drain(later, 1.0, False, False)
+        )
         return engine.asked
 
     asked = run_virtual(main)
     took = 0.5 * fake_duration_s(first)  # the first call's compute: the others waited that long
     assert asked[0] == (first, 0.0, False)
-    assert sorted(asked[1:], key=lambda a: a[2]) == [(later, pytest.approx(3.0 - took), False), (later, 3.0, True)]
+    assert sorted(asked[1:], key=lambda a: -a[1]) == [
+        (later, pytest.approx(3.0 - took), False),
+        (later, 2.0, True),
+        (later, 1.0, False),
+    ]
 
 
 async def test_engine_errors_reach_every_sharer(start_server, http) -> None:

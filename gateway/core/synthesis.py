@@ -120,7 +120,7 @@ class Flight:
             standing = owner.standing if owner is not None else nobody
             async with self.hub.scheduler.slot(deadline, work, owner, standing, early) as call:
                 self._progress = self._loop.time()  # the watchdog counts from the engine's start
-                await self._run(text, voice, speed, mode, lead)
+                await self._run(text, voice, speed, mode, lead, drained=standing() is not None)
                 if self.error is None and owner is not None:  # it keeps its slot if it is first
                     call.then = owner.next_deadline(self.samples / self.hub.engine.sample_rate)
         finally:
@@ -129,7 +129,11 @@ class Flight:
             self._wake()
             self.hub.budget.changed()
 
-    async def _run(self, text: str, voice: str, speed: float, mode: str | None, lead: tuple[float, bool]) -> None:
+    async def _run(
+        self, text: str, voice: str, speed: float, mode: str | None, lead: tuple[float, bool], drained: bool = False
+    ) -> None:
+        """The engine's call; ``drained``: the listener's player plays, so its buffer (``lead``)
+        drained while the call waited for its slot."""
         hub = self.hub
         m = hub.metrics
         if m:
@@ -141,7 +145,7 @@ class Flight:
         try:
             extra = {"timestamps": True} if hub.engine.capabilities.timestamps else {}
             held, waiting = lead
-            if held > 0 and not waiting:  # (a waiting player's buffer is all still there)
+            if drained:  # (a player that waits, or holds its preroll, has all of it still)
                 held = max(0.0, held - (started - self.asked))
             synth = hub.engine.synthesize(
                 text, voice=voice, speed=speed, vocoder=mode, buffered_s=held, waiting=waiting, **extra
