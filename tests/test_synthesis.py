@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator
-from typing import Any
 
 import aiohttp
 import pytest
@@ -20,10 +18,10 @@ from gateway.core.schedule import Forecast, arrivals, forecast, preroll_s
 from gateway.core.segmenter import split_text
 from gateway.core.synthesis import SynthesisHub
 from gateway.engines.fake import FakeEngine, fake_duration_s
-from gateway.kokoro.timestamps import WordTimes
 from gateway.web.state import GATEWAY
 
 from .conftest import fake_settings
+from .support.engines import ModalFake
 from .support.virtual_time import run_virtual
 
 TEXT = "The first sentence is here. The second one follows it closely. A third sentence ends the reply."
@@ -111,19 +109,6 @@ async def test_the_cache_keeps_to_its_size_limit() -> None:
     assert len(hub.cache) == 2 and [k[3] for k in hub.cache] == [t.strip() for t in texts[-2:]]
 
 
-class AskedEngine(FakeEngine):
-    """Records the hints each call was given: (text, buffered_s, waiting)."""
-
-    def __init__(self, settings: Settings) -> None:
-        super().__init__(settings)
-        self.asked: list[tuple[str, float, bool]] = []
-
-    async def synthesize(self, text: str, **kw: Any) -> AsyncIterator[bytes | WordTimes]:  # type: ignore[override]
-        self.asked.append((text, kw.get("buffered_s", 0.0), kw.get("waiting", False)))
-        async for item in super().synthesize(text, **kw):
-            yield item
-
-
 class Owner:
     """A listener as the engine's queue sees it: playing or not."""
 
@@ -145,8 +130,8 @@ def test_the_engine_is_told_what_a_playing_listener_holds_when_its_call_starts()
     has all of it."""
     first, later = "One two three four five six seven eight.", "Nine ten."
 
-    async def main() -> list[tuple[str, float, bool]]:
-        engine = AskedEngine(fake_settings(fake_rtf=0.5, fake_workers=1))
+    async def main() -> list[tuple[float, bool]]:
+        engine = ModalFake(fake_settings(fake_rtf=0.5, fake_workers=1))
         hub = SynthesisHub(engine, clock=asyncio.get_running_loop().time)
 
         async def drain(text: str, held: float, waiting: bool, playing: bool) -> None:
@@ -161,16 +146,12 @@ def test_the_engine_is_told_what_a_playing_listener_holds_when_its_call_starts()
         await asyncio.gather(
             busy, drain(later, 3.0, False, True), drain(later, 2.0, True, False), drain(later, 1.0, False, False)
         )
-        return engine.asked
+        return [(held, waits) for (_, held), waits in zip(engine.asked, engine.waiting)]
 
-    asked = run_virtual(main)
+    told = run_virtual(main)
     took = 0.5 * fake_duration_s(first)  # the first call's compute: the others waited that long
-    assert asked[0] == (first, 0.0, False)
-    assert sorted(asked[1:], key=lambda a: -a[1]) == [
-        (later, pytest.approx(3.0 - took), False),
-        (later, 2.0, True),
-        (later, 1.0, False),
-    ]
+    assert told[0] == (0.0, False)
+    assert sorted(told[1:], key=lambda t: -t[0]) == [(pytest.approx(3.0 - took), False), (2.0, True), (1.0, False)]
 
 
 async def test_engine_errors_reach_every_sharer(start_server, http) -> None:
