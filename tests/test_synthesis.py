@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from typing import Any
 
 import aiohttp
 import pytest
@@ -16,7 +17,7 @@ from gateway.core.listener import Listener
 from gateway.core.options import StreamOptions
 from gateway.core.schedule import Forecast, arrivals, forecast, preroll_s
 from gateway.core.segmenter import split_text
-from gateway.core.synthesis import SynthesisHub
+from gateway.core.synthesis import PLAYER_LEAD_S, SynthesisHub
 from gateway.engines.fake import FakeEngine, fake_duration_s
 from gateway.web.state import GATEWAY
 
@@ -125,14 +126,25 @@ class Owner:
 def test_the_engine_is_told_what_a_playing_listener_holds_when_its_call_starts() -> None:
     """A listener's buffer is measured when its segment is asked for; a playing player's drains
     until the engine starts the call. Told the figure from before its wait, the embedded engine
-    sized a first chunk to audio already played (Play both ran dry 0.17-0.23 s in Chromium). A
-    player that has not started (waiting for its preroll, or holding it while calls run slow)
-    has all of it."""
+    sized a first chunk to audio already played (Play both ran dry 0.17-0.23 s in Chromium); and
+    the player pauses ``PLAYER_LEAD_S`` before the end of what it holds. A player that has not
+    started (waiting for its preroll, or holding it while calls run slow) has all of it. A call
+    for a player holding audio is paced to it (its first chunk as large as that allows) and does
+    not teach the engine's rate how soon a first audio can come."""
     first, later = "One two three four five six seven eight.", "Nine ten."
+    paced: list[bool] = []
 
     async def main() -> list[tuple[float, bool]]:
         engine = ModalFake(fake_settings(fake_rtf=0.5, fake_workers=1))
+        engine.declare(paces=True)  # as the embedded engine: a playing listener's chunks sized to its buffer
         hub = SynthesisHub(engine, clock=asyncio.get_running_loop().time)
+        observe = hub.engine_rate.observe
+
+        def recorded(*a: Any, **kw: Any) -> None:
+            paced.append(kw["paced"])
+            observe(*a, **kw)
+
+        hub.engine_rate.observe = recorded  # type: ignore[method-assign]
 
         async def drain(text: str, held: float, waiting: bool, playing: bool) -> None:
             slot = (0.0, Owner(playing))
@@ -151,7 +163,24 @@ def test_the_engine_is_told_what_a_playing_listener_holds_when_its_call_starts()
     told = run_virtual(main)
     took = 0.5 * fake_duration_s(first)  # the first call's compute: the others waited that long
     assert told[0] == (0.0, False)
-    assert sorted(told[1:], key=lambda t: -t[0]) == [(pytest.approx(3.0 - took), False), (2.0, True), (1.0, False)]
+    playing = pytest.approx(3.0 - took - PLAYER_LEAD_S)
+    assert sorted(told[1:], key=lambda t: (t[1], -t[0])) == [(playing, False), (1.0, False), (2.0, True)]
+    # paced: the playing one and the one holding its preroll; not the waiting one, nor the first
+    in_order = sorted(zip(told[1:], paced[1:]), key=lambda t: (t[0][1], -t[0][0]))
+    assert paced[0] is False and [p for _, p in in_order] == [True, True, False]
+
+
+def test_a_call_paced_to_a_players_buffer_does_not_teach_how_soon_first_audio_comes() -> None:
+    """The share of a call before its first audio forecasts a waiting player's start; a call
+    whose first chunk the engine sized to a playing listener's buffer came as late as that
+    allowed (0.18-0.97 of one 2.6-3.1 s sentence's calls in Chromium's Play both)."""
+    rate = EngineRate(exact_below_s=2.0)
+    for _ in range(4):
+        rate.observe("frozen-first", 3.0, 2.0, 0.4, chars=46)
+    rate.observe("frozen-first", 3.0, 2.0, 1.9, chars=46, paced=True)
+    assert rate.first_fraction("frozen-first") == pytest.approx(0.2)
+    rate.observe("frozen-first", 3.0, 2.0, 1.9, chars=46)
+    assert rate.first_fraction("frozen-first") > 0.3
 
 
 async def test_engine_errors_reach_every_sharer(start_server, http) -> None:

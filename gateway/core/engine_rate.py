@@ -70,9 +70,19 @@ class EngineRate:
         self._peak = 0.0  # the most a recent call ran over its forecast (``peak``)
 
     def observe(
-        self, mode: str | None, audio_s: float, wall_s: float, first_s: float, *, chars: int = 0, speed: float = 1.0
+        self,
+        mode: str | None,
+        audio_s: float,
+        wall_s: float,
+        first_s: float,
+        *,
+        chars: int = 0,
+        speed: float = 1.0,
+        paced: bool = False,
     ) -> None:
-        """One finished synthesis: ``audio_s`` of audio in ``wall_s``, the first after ``first_s``."""
+        """One finished synthesis: ``audio_s`` of audio in ``wall_s``, the first after ``first_s``;
+        ``paced``: for a player holding audio, whose first chunk the engine sized to that buffer
+        (not the smallest), so its first audio says nothing of how soon one can come."""
         if audio_s <= 0 or wall_s <= 0:
             return
         m = self._modes.setdefault(mode or DEFAULT, _Mode(CostModel(self.forget)))
@@ -97,7 +107,9 @@ class EngineRate:
         line.costs.observe(audio_s, wall_s)  # type: ignore[arg-type]  # the line takes any number
         line.lined += 1
         m.wall, m.audio = m.wall * f + wall_s, m.audio * f + audio_s
-        if audio_s >= self.exact_below_s:  # (a shorter one came whole: it says nothing of how the mode streams)
+        # (a shorter one came whole: it says nothing of how the mode streams; a paced one came as
+        # late as the buffer allowed: counted, the shares of one 2.6-3.1 s sentence ran 0.18-0.97)
+        if audio_s >= self.exact_below_s and not paced:
             m.first_frac = (m.first_frac * m.weight * f + min(1.0, first_s / wall_s)) / (m.weight * f + 1.0)
             m.weight = m.weight * f + 1.0
         m.calls += 1

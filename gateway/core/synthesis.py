@@ -46,6 +46,11 @@ from .schedule import early_s
 from .scheduler import EngineScheduler, nobody
 
 log = logging.getLogger(__name__)
+# A playing player does not play its buffer to the last sample: the demo's MediaSource player
+# pauses this long before its end (static/players.js ``DRY_S``; Chromium's renderer underflows
+# with about 30 ms left) and waits 30 ms more to resume. The engine paces a playing listener's
+# chunks on the buffer less this (an arrival 8 ms past the buffer's end was a 108 ms gap).
+PLAYER_LEAD_S = 0.06
 
 Key = tuple[str, float, str, str]
 Item = bytes | WordTimes  # what a flight yields: PCM, or the words of the PCM that follows
@@ -146,7 +151,7 @@ class Flight:
             extra = {"timestamps": True} if hub.engine.capabilities.timestamps else {}
             held, waiting = lead
             if drained:  # (a player that waits, or holds its preroll, has all of it still)
-                held = max(0.0, held - (started - self.asked))
+                held = max(0.0, held - (started - self.asked) - PLAYER_LEAD_S)
             synth = hub.engine.synthesize(
                 text, voice=voice, speed=speed, vocoder=mode, buffered_s=held, waiting=waiting, **extra
             )
@@ -162,9 +167,9 @@ class Flight:
                     self._wake()
             wall = clock() - started
             audio_s = self.samples / hub.engine.sample_rate
-            hub.engine_rate.observe(
-                mode, audio_s, wall, first if first is not None else wall, chars=len(text.strip()), speed=speed
-            )
+            first = first if first is not None else wall
+            paced = held > 0 and not waiting and hub.engine.capabilities.paces  # its first chunk sized to the buffer
+            hub.engine_rate.observe(mode, audio_s, wall, first, chars=len(text.strip()), speed=speed, paced=paced)
             if m:
                 m.rtf.labels(mode or "default").set(hub.engine_rate.rtf(mode))
             hub.finished(self)

@@ -56,6 +56,9 @@ class Capabilities:
     exact_below_s: float = 0.0
     #: ``synthesize(..., timestamps=True)`` yields each piece's ``WordTimes`` before its audio
     timestamps: bool = False
+    #: a listener holding audio (``buffered_s``, not ``waiting``) gets its chunks sized to that
+    #: buffer, the first as late as it allows: such a call's first audio is not the soonest
+    paces: bool = False
 
     @property
     def languages(self) -> tuple[str, ...]:

@@ -201,6 +201,7 @@ class ContainerEngine(EngineBase):
             vocoder_modes=modes,
             default_vocoder=default_mode,
             timestamps=bool(body.get("timestamps")),
+            paces=bool(modes),  # (the model container is the embedded engine: it streams as it does)
         )
 
     async def _fetch_voices(self, http: aiohttp.ClientSession) -> dict[str, Any]:

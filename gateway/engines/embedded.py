@@ -133,6 +133,7 @@ class EmbeddedEngine(EngineBase):
             default_vocoder=o.vocoder if streams else None,
             exact_below_s=o.vocoder_exact_below_s,
             timestamps=True,
+            paces=streams,
         )
         self.max_concurrency = o.workers
         self.load_report: LoadReport | None = None
