@@ -186,7 +186,8 @@ def test_a_player_waiting_for_its_hold_gets_the_next_segments_first_chunk_soones
     preroll, told = run_virtual(lambda: main(1.3))
     assert preroll > 1000 * fake_duration_s(FIRST) and told[1] == (fake_duration_s(FIRST), True), (preroll, told)
     preroll, told = run_virtual(lambda: main(0.2))
-    assert preroll == 0 and told[1][0] > 0.15 and not told[1][1], (preroll, told)  # it plays: what it has ahead
+    # it plays: what it has ahead (less the player's lead, over the forecasts' stretch)
+    assert preroll == 0 and told[1][0] > 0.1 and not told[1][1], (preroll, told)
 
 
 def test_while_calls_run_over_a_waiting_player_is_told_to_the_engine_as_playing() -> None:

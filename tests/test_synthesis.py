@@ -111,10 +111,10 @@ async def test_the_cache_keeps_to_its_size_limit() -> None:
 
 
 class Owner:
-    """A listener as the engine's queue sees it: playing or not."""
+    """A listener as the engine's queue sees it: playing or not, its forecasts stretched so."""
 
-    def __init__(self, playing: bool) -> None:
-        self.playing = playing
+    def __init__(self, playing: bool, stretch: float = 1.0) -> None:
+        self.playing, self._stretch = playing, stretch
 
     def next_deadline(self, call_audio_s: float) -> float | None:
         return None
@@ -122,13 +122,18 @@ class Owner:
     def standing(self) -> float | None:
         return 0.0 if self.playing else None
 
+    def stretch(self) -> float:
+        return self._stretch
+
 
 def test_the_engine_is_told_what_a_playing_listener_holds_when_its_call_starts() -> None:
     """A listener's buffer is measured when its segment is asked for; a playing player's drains
     until the engine starts the call. Told the figure from before its wait, the embedded engine
     sized a first chunk to audio already played (Play both ran dry 0.17-0.23 s in Chromium); and
-    the player pauses ``PLAYER_LEAD_S`` before the end of what it holds. A player that has not
-    started (waiting for its preroll, or holding it while calls run slow) has all of it. A call
+    the player pauses ``PLAYER_LEAD_S`` before the end of what it holds. The engine's pacing has
+    a margin on its chunks' cost, not the stretch the listener's forecasts need (1.5 here): told
+    the buffer shrunk by it. A player that has not started (waiting for its preroll, or holding
+    it while calls run slow) has all of it. A call
     for a player holding audio is paced to it (its first chunk as large as that allows) and does
     not teach the engine's rate how soon a first audio can come."""
     first, later = "One two three four five six seven eight.", "Nine ten."
@@ -147,7 +152,7 @@ def test_the_engine_is_told_what_a_playing_listener_holds_when_its_call_starts()
         hub.engine_rate.observe = recorded  # type: ignore[method-assign]
 
         async def drain(text: str, held: float, waiting: bool, playing: bool) -> None:
-            slot = (0.0, Owner(playing))
+            slot = (0.0, Owner(playing, stretch=1.5))
             async for _ in hub.synthesize(
                 text, voice="tone_a", speed=1.0, buffered_s=held, waiting=waiting, share=False, slot=slot
             ):
@@ -163,10 +168,10 @@ def test_the_engine_is_told_what_a_playing_listener_holds_when_its_call_starts()
     told = run_virtual(main)
     took = 0.5 * fake_duration_s(first)  # the first call's compute: the others waited that long
     assert told[0] == (0.0, False)
-    playing = pytest.approx(3.0 - took - PLAYER_LEAD_S)
-    assert sorted(told[1:], key=lambda t: (t[1], -t[0])) == [(playing, False), (1.0, False), (2.0, True)]
+    playing = pytest.approx((3.0 - took - PLAYER_LEAD_S) / 1.5)
+    assert sorted(told[1:], key=lambda t: (t[1], t[0])) == [(1.0, False), (playing, False), (2.0, True)]
     # paced: the playing one and the one holding its preroll; not the waiting one, nor the first
-    in_order = sorted(zip(told[1:], paced[1:]), key=lambda t: (t[0][1], -t[0][0]))
+    in_order = sorted(zip(told[1:], paced[1:]), key=lambda t: (t[0][1], t[0][0]))
     assert paced[0] is False and [p for _, p in in_order] == [True, True, False]
 
 

@@ -111,8 +111,11 @@ class Listener:
     def standing(self) -> float | None:
         """When it was created, while its player plays: a gap would be heard (``scheduler.py``)."""
         self._check_start()
-        playing = self.live and (self.options.buffered_s or self.t_play is not None)
-        return self.t_created if playing else None
+        return self.t_created if self.live and (self.options.buffered_s or self.t_play is not None) else None
+
+    def stretch(self) -> float:
+        """What its forecasts stretch the engine's compute by (the engine's pacing: ``Flight``)."""
+        return self.engine_rate.safety(self.settings.preroll_safety, self.bucket or DEFAULT)
 
     def next_deadline(self, call_audio_s: float) -> float | None:
         """When it runs dry once the call that just ended (``call_audio_s``, some of it counted

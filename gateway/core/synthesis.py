@@ -68,6 +68,10 @@ class SlotOwner(Protocol):
         """When it was admitted, while its player plays (``scheduler.Standing``)."""
         ...
 
+    def stretch(self) -> float:
+        """What its forecasts stretch the engine's compute by (``EngineRate.safety``)."""
+        ...
+
 
 class ItemStream(Protocol):
     """What ``SynthesisHub.synthesize`` returns: a flight's follower or a cached reply; closing
@@ -125,7 +129,7 @@ class Flight:
             standing = owner.standing if owner is not None else nobody
             async with self.hub.scheduler.slot(deadline, work, owner, standing, early) as call:
                 self._progress = self._loop.time()  # the watchdog counts from the engine's start
-                await self._run(text, voice, speed, mode, lead, drained=standing() is not None)
+                await self._run(text, voice, speed, mode, lead, owner)
                 if self.error is None and owner is not None:  # it keeps its slot if it is first
                     call.then = owner.next_deadline(self.samples / self.hub.engine.sample_rate)
         finally:
@@ -135,10 +139,13 @@ class Flight:
             self.hub.budget.changed()
 
     async def _run(
-        self, text: str, voice: str, speed: float, mode: str | None, lead: tuple[float, bool], drained: bool = False
+        self, text: str, voice: str, speed: float, mode: str | None, lead: tuple[float, bool], owner: SlotOwner | None
     ) -> None:
-        """The engine's call; ``drained``: the listener's player plays, so its buffer (``lead``)
-        drained while the call waited for its slot."""
+        """The engine's call. A playing ``owner``'s buffer (``lead``) drained while the call waited
+        for its slot; the engine paces its chunks on it with a margin of its own on their cost,
+        so it is told the buffer shrunk by the ``stretch`` the owner's forecasts give the engine's
+        compute (told all of it, a first chunk after a start on "Hello!" was sized to come just
+        in time where calls ran 1.3-2x their forecast: Play both ran dry in Chromium)."""
         hub = self.hub
         m = hub.metrics
         if m:
@@ -150,8 +157,8 @@ class Flight:
         try:
             extra = {"timestamps": True} if hub.engine.capabilities.timestamps else {}
             held, waiting = lead
-            if drained:  # (a player that waits, or holds its preroll, has all of it still)
-                held = max(0.0, held - (started - self.asked) - PLAYER_LEAD_S)
+            if owner is not None and owner.standing() is not None:  # (one that waits has it all still)
+                held = max(0.0, held - (started - self.asked) - PLAYER_LEAD_S) / max(1.0, owner.stretch())
             synth = hub.engine.synthesize(
                 text, voice=voice, speed=speed, vocoder=mode, buffered_s=held, waiting=waiting, **extra
             )
