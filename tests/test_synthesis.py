@@ -133,9 +133,9 @@ def test_the_engine_is_told_what_a_playing_listener_holds_when_its_call_starts()
     the player pauses ``PLAYER_LEAD_S`` before the end of what it holds. The engine's pacing has
     a margin on its chunks' cost, not the stretch the listener's forecasts need (1.5 here): told
     the buffer shrunk by it. A player that has not started (waiting for its preroll, or holding
-    it while calls run slow) has all of it. A call
-    for a player holding audio is paced to it (its first chunk as large as that allows) and does
-    not teach the engine's rate how soon a first audio can come."""
+    it while calls run slow) has all of it. A call for a player holding audio is paced to it
+    (its first chunk as large as that allows) and does not teach the engine's rate how soon a
+    first audio can come."""
     first, later = "One two three four five six seven eight.", "Nine ten."
     paced: list[bool] = []
 
