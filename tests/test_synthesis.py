@@ -15,9 +15,9 @@ from gateway.config import Settings
 from gateway.core.engine_rate import EngineRate
 from gateway.core.listener import Listener
 from gateway.core.options import StreamOptions
-from gateway.core.schedule import Forecast, arrivals, forecast, preroll_s
+from gateway.core.schedule import PLAYER_LEAD_S, Forecast, arrivals, boundary_s, forecast, preroll_s
 from gateway.core.segmenter import split_text
-from gateway.core.synthesis import PLAYER_LEAD_S, SynthesisHub
+from gateway.core.synthesis import SynthesisHub
 from gateway.engines.fake import FakeEngine, fake_duration_s
 from gateway.web.state import GATEWAY
 
@@ -208,6 +208,29 @@ def test_preroll_covers_an_engine_slower_than_real_time() -> None:
     assert preroll_s([Forecast(0.6, 0.5), Forecast(3.0, 2.7)], safety=1.0) == pytest.approx(3.6)
     # ... unless the player already holds enough
     assert preroll_s([Forecast(3.0, 2.7)], held_s=3.0, safety=1.0) == 0.0
+
+
+def test_a_start_on_a_short_first_segment_leaves_the_next_ones_first_audio_its_boundary() -> None:
+    """A player held "Hello!" (0.58 s) and started: the next sentence's first audio, forecast
+    0.34 s after its call began, came 36-66 ms before the player ran dry in Chromium here and
+    after it (121 and 219 ms) in two full-suite runs. The first piece of a segment after audio
+    the player holds must come before its place by the player's lead and by that wait at the
+    engine's recent ``peak`` overrun (``boundary_s``); pieces within a segment are not moved
+    (the engine paces its chunks on the buffer)."""
+    hello, after = Forecast(0.5, 0.3), Forecast(2.8, 1.49, first_fraction=0.18)
+    first = 0.18 * 1.49 * 1.26
+    assert boundary_s(first, 0.47) == pytest.approx(PLAYER_LEAD_S + 0.47 * first)
+    # held: the next sentence's first piece (0.34 s) comes in time, but not by its boundary
+    assert preroll_s([after], held_s=0.5, safety=1.26) == 0.0
+    assert preroll_s([after], held_s=0.5, safety=1.26, peak=0.0) == 0.0  # the lead alone fits
+    assert preroll_s([after], held_s=0.5, safety=1.26, peak=0.47) > 0.5  # hold its first piece too
+    # forecast before "Hello!" is made: the same for the segment after it
+    assert preroll_s([hello, after], safety=1.26) == 0.0
+    assert preroll_s([hello, after], safety=1.26, peak=0.47) > 0.5
+    plain, moved = arrivals([hello, after], 1.26), arrivals([hello, after], 1.26, peak=0.47)
+    assert [k for k, (a, b) in enumerate(zip(plain, moved)) if a != b] == [1]
+    assert moved[1][0] == pytest.approx(plain[1][0] + boundary_s(first, 0.47))
+    assert arrivals([after], 1.26, peak=0.47) == arrivals([after], 1.26)  # nothing held before it
 
 
 def test_engine_rate_follows_recent_calls() -> None:

@@ -266,7 +266,7 @@ class EngineRate:
         does; ``floor``: ``preroll_safety``, see ``safety``)."""
         segments = forecast(texts, modes, self, speed)
         bucket = bucket or (modes[0] if modes else None) or DEFAULT
-        return round(1000 * preroll_s(segments, held_s, self.safety(floor, bucket)))
+        return round(1000 * preroll_s(segments, held_s, self.safety(floor, bucket), self.peak()))
 
     def audio_s(self, text: str, speed: float = 1.0) -> float:
         """How much audio ``text`` will make, from the characters per second measured so far."""

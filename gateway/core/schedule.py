@@ -29,6 +29,11 @@ class Rate(Protocol):  # what ``engine_rate.EngineRate`` offers a forecast (no i
 
 
 PIECE_S = 0.25  # a streamed segment is modelled as pieces of this much audio
+# A playing player does not play its buffer to the last sample: the demo's MediaSource player
+# pauses this long before its end (static/players.js ``DRY_S``; Chromium's renderer underflows
+# with about 30 ms left) and waits 30 ms more to resume. The engine paces a playing listener's
+# chunks on the buffer less this (an arrival 8 ms past the buffer's end was a 108 ms gap).
+PLAYER_LEAD_S = 0.06
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,16 +46,39 @@ class Forecast:
     first_fraction: float = 1.0
 
 
-def arrivals(segments: Sequence[Forecast], safety: float = 1.0) -> list[tuple[float, float, float]]:
-    """(arrival time, audio, playback position) of every piece, from now, segments in order."""
+def arrivals(
+    segments: Sequence[Forecast], safety: float = 1.0, peak: float | None = None, held: bool = False
+) -> list[tuple[float, float, float]]:
+    """(arrival time, audio, playback position) of every piece, from now, segments in order.
+
+    ``peak`` (the most a recent call ran over: ``EngineRate.peak``): the first piece of a
+    segment after audio the player holds (a later one, or the first where ``held``) counts as
+    arriving later by ``boundary_s``."""
     out: list[tuple[float, float, float]] = []
     t = position = 0.0
-    for seg in segments:
+    for k, seg in enumerate(segments):
         compute = seg.compute_s * safety
-        out += pieces_of(t, compute, seg.audio_s, seg.first_fraction, position)
+        got = pieces_of(t, compute, seg.audio_s, seg.first_fraction, position)
+        if (k or held) and peak is not None:
+            at, audio, pos = got[0]
+            got[0] = (at + boundary_s(at - t, peak), audio, pos)
+        out += got
         t += compute
         position += seg.audio_s
     return out
+
+
+def boundary_s(first_s: float, peak: float) -> float:
+    """What a later segment's first audio (``first_s`` after its call starts) must come before
+    its place by, beyond the stretch: the player's lead, and that wait at its ``peak``. The
+    stretch is learned on whole replies; the wait for a segment's first audio is short, and on
+    a host running beside Chromium one chunk ran up to 1.87x its cost (one in ten over 1.34x)
+    where whole calls ran 1.1-1.3x. A player started on "Hello!" (0.58 s) with the next
+    sentence's first audio forecast 0.34 s later got it 36-66 ms before it ran dry in Chromium
+    here, and ran dry (gaps of 121 and 219 ms) in two full-suite runs, one of them CI's. With
+    it, Play both (8 runs against 8) started on "Hello!" in none where 3 did, and ran dry in
+    none where 2 did (2020 and 215 ms)."""
+    return PLAYER_LEAD_S + peak * first_s
 
 
 def pieces_of(
@@ -81,13 +109,15 @@ def early_s(compute: float, audio: float, first_fraction: float) -> float:
     return compute - max(at - pos for at, _, pos in pieces_of(0.0, compute, audio, first_fraction, 0.0))
 
 
-def preroll_s(segments: Sequence[Forecast], held_s: float = 0.0, safety: float = 1.2) -> float:
+def preroll_s(
+    segments: Sequence[Forecast], held_s: float = 0.0, safety: float = 1.2, peak: float | None = None
+) -> float:
     """Audio to hold before starting (or resuming) so that playback never runs dry.
 
     ``held_s``: audio the player has now and has not played (placed before the segments).
-    0.0 when the forecast says audio keeps ahead from the first piece on.
+    0.0 when the forecast says audio keeps ahead from the first piece on. ``peak``: see ``arrivals``.
     """
-    return preroll_from(arrivals(segments, safety), held_s)
+    return preroll_from(arrivals(segments, safety, peak, held_s > 0), held_s)
 
 
 def preroll_from(pieces: Sequence[tuple[float, float, float]], held_s: float = 0.0) -> float:

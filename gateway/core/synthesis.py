@@ -42,15 +42,10 @@ from ..kokoro.timestamps import WordTimes
 from ..metrics import Metrics
 from .budget import Budget
 from .engine_rate import EngineRate
-from .schedule import early_s
+from .schedule import PLAYER_LEAD_S, early_s
 from .scheduler import EngineScheduler, nobody
 
 log = logging.getLogger(__name__)
-# A playing player does not play its buffer to the last sample: the demo's MediaSource player
-# pauses this long before its end (static/players.js ``DRY_S``; Chromium's renderer underflows
-# with about 30 ms left) and waits 30 ms more to resume. The engine paces a playing listener's
-# chunks on the buffer less this (an arrival 8 ms past the buffer's end was a 108 ms gap).
-PLAYER_LEAD_S = 0.06
 
 Key = tuple[str, float, str, str]
 Item = bytes | WordTimes  # what a flight yields: PCM, or the words of the PCM that follows
