@@ -77,7 +77,9 @@ def boundary_s(first_s: float, peak: float) -> float:
     sentence's first audio forecast 0.34 s later got it 36-66 ms before it ran dry in Chromium
     here, and ran dry (gaps of 121 and 219 ms) in two full-suite runs, one of them CI's. With
     it, Play both (8 runs against 8) started on "Hello!" in none where 3 did, and ran dry in
-    none where 2 did (2020 and 215 ms)."""
+    none where 2 did (2020 and 215 ms); in 7 runs after, it started there once (60 ms to spare)
+    and never ran dry. Its cost is on whole segments, whose wait is the whole call: a busy
+    core's starts came at 8.5-10.0 s where 3.7-5.2 s played through (docs/SCHEDULING.md)."""
     return PLAYER_LEAD_S + peak * first_s
 
 
