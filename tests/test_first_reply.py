@@ -20,7 +20,6 @@ import pytest
 from bench.listeners import paragraph
 from gateway.config import Settings
 from gateway.core.engine_rate import EngineRate
-from gateway.core.schedule import forecast, preroll_s
 from gateway.core.warmup import warm_up
 
 from .support.listeners_sim import Engine, Heard, sim_settings
@@ -219,42 +218,3 @@ def test_before_margins_are_learned_the_stretch_allows_for_the_slowest_recent_ca
     assert rate.safety(1.15, "exact") == pytest.approx(1.0 + 2.0 * rate.peak()) and rate.safety(1.15) > 1.3
     rate.learn("exact", 1.0, 1.15)  # the first reply needed no stretch
     assert rate.margins.snapshot()["exact"] > 1.15  # drawn towards the rule of 1.3+
-
-
-def test_one_short_call_late_by_seconds_stretches_forecasts_of_longer_calls_by_its_share_of_them() -> None:
-    """A short call's overrun is mostly seconds lost, not a slower rate: the demo's first press
-    in Chromium made "Hello!" 0.44 s late (+80%) while the calls after it ran on time, and
-    counted in full that one call took the stretch to its cap and the boundaries' peak with it:
-    the player was told to hold the whole reply. Weighed against the reply's own calls
-    (``EngineRate.weighed``), the seconds count as a share of those; a call as long as them,
-    as late, still counts in full (a busy core's first long call), and so does a short call
-    against a short wait (a streamed segment's first audio: ``EngineRate.peak_for``)."""
-
-    def warm() -> EngineRate:
-        rate = EngineRate()
-        for audio in (3.5, 0.64, 1.13, 3.55, 0.64, 1.13):  # the warm-up's calls, on the line
-            rate.observe("exact", audio, 0.2 + 0.62 * audio, 0.2 + 0.62 * audio)
-        rate.settle()
-        return rate
-
-    texts = [paragraph(0)[:45], paragraph(1)[:55], paragraph(2)[:30]]  # calls of about 2, 2.3, 1.5 s
-    rate = warm()
-    hello = 0.2 + 0.62 * 0.65
-    rate.observe("exact", 0.65, hello + 0.44, hello + 0.44)
-    assert rate.peak() > 0.7 and rate.safety(1.15, "exact") == 2.0  # counted in full: the cap
-    segments = forecast(texts, ["exact"] * 3, rate, 1.0)
-    typical = sum(s.compute_s for s in segments) / 3
-    over, peak = rate.weighed(typical)
-    assert over == pytest.approx(0.44 / typical, rel=0.02) and peak == pytest.approx(over)
-    assert rate.safety(1.15, "exact", typical) == pytest.approx(1.0 + 2.0 * over)
-    # a boundary's wait: a streamed segment's first audio, short, may run over as that call did
-    assert rate.peak_for(0.3) == pytest.approx(rate.peak()) and rate.peak_for(typical) == pytest.approx(peak)
-    first, second = 0.65 + segments[0].audio_s, 0.65 + segments[0].audio_s + segments[1].audio_s
-    in_full = preroll_s(segments, 0.65, rate.safety(1.15, "exact"), rate.peak())
-    told = rate.preroll_ms(1.15, 1.0, texts, 0.65, ["exact"] * 3) / 1000
-    assert in_full == pytest.approx(second) and told == pytest.approx(first, abs=0.001)  # a segment sooner
-
-    rate = warm()  # a call as long as the reply's, 43% late
-    rate.observe("exact", 3.0, (0.2 + 0.62 * 3.0) * 1.43, 0.0)
-    assert rate.peak() == pytest.approx(0.43, abs=0.01) and rate.weighed(typical)[1] == pytest.approx(rate.peak())
-    assert rate.safety(1.15, "exact", typical) == pytest.approx(rate.safety(1.15, "exact"))

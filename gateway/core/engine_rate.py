@@ -18,7 +18,6 @@ while few replies were seen); before that it follows the calls' overruns.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +32,6 @@ PRIOR_RTF = 1.0  # before any measurement: assume real time, the pessimistic sid
 PRIOR_OVERRUN = 0.3  # see EngineRate._prior
 PEAK_FORGET = 0.9  # per call, see EngineRate.peak
 PRIOR_S_PER_CHAR = 0.065  # audio seconds per character of English at speed 1 (Kokoro, measured)
-RECENT = 24  # calls kept to weigh overruns against a forecast's segments (0.8^24: 0.5% weight)
 
 
 @dataclass(slots=True)
@@ -70,7 +68,6 @@ class EngineRate:
         self._latest = (0.0, 0.0)  # how far the latest two calls ran over their forecast (0.3: 30%)
         self._typical = [0.0, 0.0]  # decayed weight and sum of the calls' forecast seconds
         self._peak = 0.0  # the most a recent call ran over its forecast (``peak``)
-        self._recent: deque[tuple[float, float]] = deque(maxlen=RECENT)  # (forecast, wall) of compared calls
 
     def observe(
         self,
@@ -106,7 +103,6 @@ class EngineRate:
             shrunk = max(0.0, wall_s - predicted) / max(predicted, self._typical[1] / self._typical[0])
             self._latest = (shrunk, self._latest[0])
             self._peak = max(over, self._peak * PEAK_FORGET)
-            self._recent.append((predicted, wall_s))
             self._prior = [self._prior[0] * f, self._prior[1]]
         line.costs.observe(audio_s, wall_s)  # type: ignore[arg-type]  # the line takes any number
         line.lined += 1
@@ -191,33 +187,6 @@ class EngineRate:
         average, this how far the next one may."""
         return self._peak
 
-    def peak_for(self, wait_s: float) -> float:
-        """``peak`` for a wait of ``wait_s`` (``schedule.boundary_s``): as ``weighed``. The first
-        audio of a streamed segment comes a short wait after its call starts, and a short call's
-        ratio is what such a wait may run over by (one chunk ran up to 1.87x its cost beside
-        Chromium); a whole segment's wait is its call, over which a short call's seconds late
-        are a share."""
-        return self.weighed(wait_s)[1]
-
-    def weighed(self, typical_s: float, prior: bool = True) -> tuple[float, float]:
-        """``overrun_now`` and ``peak`` for forecasts of calls of about ``typical_s`` each: a
-        call shorter than that counts the seconds it ran over as a share of ``typical_s``, not
-        of its own forecast. A short call's overrun is mostly seconds lost (its fixed cost, or a
-        burst of other work on the cores), not a slower rate: the demo's first press in
-        Chromium made "Hello!" 0.44 s late (+80%, Chromium starting its audio on the same two
-        cores) while the calls after it ran 0.94-1.27x their forecast, and counted in full
-        that one call stretched the rest of the reply to the cap (a 3.8 s hold, all of the
-        reply's audio once its boundaries counted it too). A call as long as ``typical_s``
-        or longer counts in full, as ever (a busy core's first long call, 43% over)."""
-        f, w, sq, peak, latest = self.forget, 0.0, 0.0, 0.0, 0.0
-        for age, (predicted, wall) in enumerate(reversed(self._recent)):
-            over = max(0.0, wall - predicted) / max(predicted, typical_s, 1e-6)
-            w, sq = w + f**age, sq + f**age * over * over
-            peak, latest = max(peak, over * PEAK_FORGET**age), latest if age else over
-        pw, psq = self._prior if prior else (0.0, 0.0)
-        rms = ((sq + pw * psq) / (w + pw)) ** 0.5 if w + pw > 0 else 0.0
-        return max(rms, latest), peak
-
     def recent_overrun(self) -> float:
         """How far calls run over their forecast now: the more of the latest two calls'. A
         machine turning slower shows in the latest call first, and a short call on time does
@@ -235,26 +204,21 @@ class EngineRate:
             self._prior = [0.0, 0.0]
         self.margins.settle()
 
-    def safety(self, floor: float, mode: str | None = None, typical_s: float | None = None) -> float:
+    def safety(self, floor: float, mode: str | None = None) -> float:
         """The factor to stretch forecasts by: what replies' arrivals needed (``margins``) once
         learned for ``mode`` (None: the largest learned; widened by overruns beyond those it
         was learned with: ``margin``); until then ``floor`` on a steady
         machine, more when calls have been running over their forecast (a player's buffer that
         follows the engine, as WebRTC's jitter buffer follows the network): 1 + 2 x their
         overrun, or their recent ``peak`` (the warm-up's calls 3-25% over on a busy host, a first
-        reply on their RMS alone ran dry in Chromium), at most 2. ``typical_s``: the rule counts
-        the calls' overruns as ``weighed`` for forecasts of calls that long."""
+        reply on their RMS alone ran dry in Chromium), at most 2."""
         if (factor := self.margin(mode)) is not None:
             return factor
-        if typical_s is None:
-            return self._rule(floor, mode, self.overrun_now())
-        return self._rule(floor, mode, *self.weighed(typical_s))
+        return self._rule(floor, mode, self.overrun_now())
 
-    def _rule(self, floor: float, bucket: str | None, over: float, peak: float | None = None) -> float:
-        """The stretch before any margin is learned (``safety``), with the calls' ``over`` and
-        ``peak`` (None: ``peak()``)."""
-        peak = self._peak if peak is None else peak
-        return max(min(2.0, max(floor, 1.0 + 2.0 * max(over, peak))), self.margins.startup(bucket))
+    def _rule(self, floor: float, bucket: str | None, over: float) -> float:
+        """The stretch before any margin is learned (``safety``), with the calls' ``over``."""
+        return max(min(2.0, max(floor, 1.0 + 2.0 * max(over, self._peak))), self.margins.startup(bucket))
 
     def learn(self, bucket: str, needed: float, floor: float) -> None:
         """A reply of ``bucket`` needed a stretch of ``needed`` (``margins.needed_stretch``);
@@ -302,9 +266,7 @@ class EngineRate:
         does; ``floor``: ``preroll_safety``, see ``safety``)."""
         segments = forecast(texts, modes, self, speed)
         bucket = bucket or (modes[0] if modes else None) or DEFAULT
-        # the stretch weighs overruns against these segments' calls, a boundary against its wait (``weighed``)
-        typical = sum(s.compute_s for s in segments) / len(segments) if segments else None
-        return round(1000 * preroll_s(segments, held_s, self.safety(floor, bucket, typical), self.peak_for))
+        return round(1000 * preroll_s(segments, held_s, self.safety(floor, bucket), self.peak()))
 
     def audio_s(self, text: str, speed: float = 1.0) -> float:
         """How much audio ``text`` will make, from the characters per second measured so far."""

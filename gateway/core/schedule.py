@@ -15,7 +15,7 @@ the text known now: a language model's reply can still outrun it, which is why e
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -46,17 +46,14 @@ class Forecast:
     first_fraction: float = 1.0
 
 
-Peak = float | Callable[[float], float]  # a ratio, or one per wait (``EngineRate.peak_for``)
-
-
 def arrivals(
-    segments: Sequence[Forecast], safety: float = 1.0, peak: Peak | None = None, held: bool = False
+    segments: Sequence[Forecast], safety: float = 1.0, peak: float | None = None, held: bool = False
 ) -> list[tuple[float, float, float]]:
     """(arrival time, audio, playback position) of every piece, from now, segments in order.
 
-    ``peak`` (the most a recent call ran over: ``EngineRate.peak``; or a function of the wait
-    it is for): the first piece of a segment after audio the player holds (a later one, or the
-    first where ``held``) counts as arriving later by ``boundary_s``."""
+    ``peak`` (the most a recent call ran over: ``EngineRate.peak``): the first piece of a
+    segment after audio the player holds (a later one, or the first where ``held``) counts as
+    arriving later by ``boundary_s``."""
     out: list[tuple[float, float, float]] = []
     t = position = 0.0
     for k, seg in enumerate(segments):
@@ -64,8 +61,7 @@ def arrivals(
         got = pieces_of(t, compute, seg.audio_s, seg.first_fraction, position)
         if (k or held) and peak is not None:
             at, audio, pos = got[0]
-            wait = at - t
-            got[0] = (at + boundary_s(wait, peak(wait) if callable(peak) else peak), audio, pos)
+            got[0] = (at + boundary_s(at - t, peak), audio, pos)
         out += got
         t += compute
         position += seg.audio_s
@@ -116,7 +112,7 @@ def early_s(compute: float, audio: float, first_fraction: float) -> float:
 
 
 def preroll_s(
-    segments: Sequence[Forecast], held_s: float = 0.0, safety: float = 1.2, peak: Peak | None = None
+    segments: Sequence[Forecast], held_s: float = 0.0, safety: float = 1.2, peak: float | None = None
 ) -> float:
     """Audio to hold before starting (or resuming) so that playback never runs dry.
 
