@@ -180,7 +180,7 @@ def render(out: dict[str, Any]) -> str:
 def render_browser(out: dict[str, Any]) -> str:
     rows = [
         [
-            o["order"],
+            f"{o['order']}, {o.get('press', 'ready')} at {o.get('pressed_ms', o['page_open_ms'])} ms",
             f"{o['ready_s']:.1f}",
             r["reply"],
             f"{r['first_audio_ms']:.0f}",
@@ -196,7 +196,7 @@ def render_browser(out: dict[str, Any]) -> str:
         for r in o["replies"]
     ]
     head = [
-        "order",
+        "order, first press (from ready)",
         "ready s",
         "press: channel",
         "first audio ms",
@@ -220,6 +220,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=RESULTS_DIR, help="where firstreply.json goes")
     p.add_argument(
         "--browser", action="store_true", help="press Play both on the demo page in Chromium (firstreply_browser.py)"
+    )
+    p.add_argument(
+        "--press",
+        nargs="+",
+        default=["settled"],
+        choices=["settled", "ready"],
+        help="with --browser, the first press: once the page is drawn and the browser idle (settled), or the "
+        "moment its scripts are ready (ready: the page's own load work then runs beside the first reply); "
+        "both: a fresh gateway each, one after the other",
     )
     return p.parse_args(argv)
 

@@ -228,3 +228,20 @@ def browser_cpu_seconds(word: str = "chrom") -> float:
             fields = text.rsplit(")", 1)[1].split()
             ticks += int(fields[11]) + int(fields[12])
     return ticks / os.sysconf("SC_CLK_TCK")
+
+
+async def browser_quiet(limit_s: float = 3.0, window_s: float = 0.25, most_s: float = 0.02) -> float:
+    """Wait until the browser (``browser_cpu_seconds``) used at most ``most_s`` of CPU in the last
+    ``window_s`` (its page loaded, drawn and rastered), or ``limit_s``; the seconds waited. After
+    the page's scripts said it was ready, headless Chromium still spent 0.3-0.6 s of CPU over the
+    next 0.5 s (the renderer off its main thread: the first frame's raster), on the cores the
+    engine makes the first sentence on; nobody presses a button before it is drawn."""
+    t0 = time.perf_counter()
+    before = browser_cpu_seconds()
+    while (waited := time.perf_counter() - t0) < limit_s:
+        await asyncio.sleep(window_s)
+        now = browser_cpu_seconds()
+        if now - before <= most_s:
+            return waited + window_s
+        before = now
+    return waited
