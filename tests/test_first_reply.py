@@ -20,6 +20,8 @@ import pytest
 from bench.listeners import paragraph
 from gateway.config import Settings
 from gateway.core.engine_rate import EngineRate
+from gateway.core.listener import Listener
+from gateway.core.options import StreamOptions
 from gateway.core.warmup import warm_up
 
 from .support.listeners_sim import Engine, Heard, sim_settings
@@ -218,3 +220,51 @@ def test_before_margins_are_learned_the_stretch_allows_for_the_slowest_recent_ca
     assert rate.safety(1.15, "exact") == pytest.approx(1.0 + 2.0 * rate.peak()) and rate.safety(1.15) > 1.3
     rate.learn("exact", 1.0, 1.15)  # the first reply needed no stretch
     assert rate.margins.snapshot()["exact"] > 1.15  # drawn towards the rule of 1.3+
+
+
+def test_margins_learn_from_the_plan_with_each_segment_as_it_was_made() -> None:
+    """A reply planned streamed whose later sentence the engine made whole (its first call ran
+    over: ``Listener.later_mode``) needed its start later than the plan said only because of
+    that change. Traced on a cold press: the margins learned 1.77 from it, and the next Play
+    both held 2.2 s. Learned against the plan with that sentence forecast whole (``Plan.as_made``)
+    it needs a little more than the forecast; the plan as made keeps a sentence made as planned."""
+
+    def learned(later: str) -> tuple[float, list[str | None]]:
+        rate, clock = EngineRate(), Clock()
+        for _ in range(3):  # 0.1 s of audio a character; exact at RTF 0.5, streamed at 0.6
+            rate.observe("exact", 2.0, 1.0, 1.0, chars=20)
+            rate.observe("frozen-first", 2.0, 1.2, 0.15, chars=20)
+        opts = StreamOptions(voice="tone_a")
+        reply = Listener(rate, Settings(), opts, requested="frozen-first", sample_rate=RATE, clock=clock)
+        reply.preroll_ms(["a" * 20, "b" * 30, "c" * 20], "frozen-first", complete=True)
+        for k in range(4):  # the first sentence streamed: 2 s from 0.15 s to 1.2 s
+            clock.t = 100.0 + 0.15 + 0.35 * k
+            reply.made(RATE // 2)
+        reply.preroll_ms(["b" * 30, "c" * 20], later)
+        clock.t = 103.0  # 3 s of audio, whole, after 1.8 s: 2 s held before it, so an oracle of 1.0 s
+        reply.made(3 * RATE)
+        reply.preroll_ms(["c" * 20], "exact")
+        clock.t = 104.1
+        reply.made(2 * RATE)
+        made = list(reply.made_modes)
+        plan = reply.plan
+        assert plan is not None and plan.modes == ("frozen-first",) * 3
+        reply.learn()
+        return rate.margins.snapshot()["frozen-first"], made
+
+    as_made, modes = learned("exact")
+    as_planned, _ = learned("frozen-first")
+    assert modes == ["frozen-first", "exact", "exact"]
+    assert as_made < as_planned - 0.2, (as_made, as_planned)
+    # the plan itself: a streamed forecast of the second sentence needs a stretch of 1.85-2.05 to
+    # start as late as its whole arrival made necessary; forecast whole, about 1.1
+    from gateway.core.margins import Plan
+    from gateway.core.schedule import Forecast
+
+    planned = [Forecast(2.0, 1.2, 0.125), Forecast(3.0, 1.8, 0.125), Forecast(2.0, 1.2, 0.125)]
+    whole = [Forecast(2.0, 1.0), Forecast(3.0, 1.5), Forecast(2.0, 1.0)]
+    got = [(0.15 + 0.35 * k, 0.5) for k in range(4)] + [(3.0, 3.0), (4.1, 2.0)]
+    plan = Plan.of(planned, 0.0, "frozen-first", None, ["frozen-first"] * 3, whole)
+    assert plan.as_made(["frozen-first"] * 3) is plan
+    assert min(plan.needed(got)) > 1.8
+    assert max(plan.as_made(["frozen-first", "exact", "exact"]).needed(got)) < 1.2

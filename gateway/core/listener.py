@@ -60,10 +60,9 @@ class Listener:
         self.t_play: float | None = None  # clock: when the player held that preroll (its start)
         self.met = False  # ... set by the hold, not a clock: a preroll within GRACE_S replaces it
         self.start_at: float | None = None  # clock: its start below that, holding audio (``start_in_ms``)
-        # the first forecast of a reply whose whole text it saw, and the arrivals since: what the
-        # margins learn from
-        self.plan: Plan | None = None
-        self.arrivals: list[tuple[float, float]] = []
+        self.plan: Plan | None = None  # the reply's first forecast, whole text seen: for ``learn``
+        self.arrivals: list[tuple[float, float]] = []  # ... and since it, the audio made
+        self.made_modes: list[str | None] = []  # ... and the mode each segment got
         self.more: Callable[[], bool] = lambda: False  # another segment is cut and waits (the pipeline's)
         self.stream_to_start = False  # later segments streamed until the player starts (``preroll_ms``)
         self.offer: float | None = None  # the start ``preroll_ms`` last offered (``_start_offer``)
@@ -247,6 +246,8 @@ class Listener:
         shared = self._shared_pieces(texts)  # once: the plan, the preroll and the offer read it
         if complete and self.live and self.plan is None:
             self.plan = self._plan(texts, modes, mode, shared)
+        if self.plan is not None:
+            self.made_modes.append(mode)
         ms = (
             round(1000 * preroll_from(self._stretched(shared, SHARED), self.buffered_s()))
             if shared is not None
@@ -287,17 +288,16 @@ class Listener:
         return self.engine_rate.recent_overrun() > self.settings.preroll_safety - 1.0
 
     def learn(self) -> None:
-        """The reply is made: what its arrivals needed tunes the margins (``margins.py``). A plan
-        made on the prior rate (the first reply after start-up) says how wrong the prior was, not
-        how noisy the engine is: its texts are forecast again at the rate measured since."""
+        """The reply is made: what its arrivals needed tunes the margins (``margins.py``), the plan's
+        segments as made (``Plan.as_made``; one on the prior rate forecast again at the rate now)."""
         if (plan := self.plan) is not None and self.arrivals:
-            rate, floor = self.engine_rate, self.settings.preroll_safety
+            rate, floor, plan = self.engine_rate, self.settings.preroll_safety, plan.as_made(self.made_modes)
             if plan.again is not None:
                 plan = plan.redone(forecast(*plan.again, rate, self.options.speed))
             hold, clock = plan.needed(self.arrivals)
             rate.learn(plan.bucket, hold, floor)
             rate.learn(started(plan.bucket), clock, floor)
-        self.plan = None
+        self.plan, self.made_modes = None, []
 
     def _plan(
         self, texts: Sequence[str], modes: Sequence[str | None], mode: str | None, shared: Placement | None
@@ -312,9 +312,9 @@ class Listener:
                 SHARED,
                 lambda s: earliest_start(scaled(got, s / k)),
             )
-        segments = forecast(texts, modes, self.engine_rate, self.options.speed)
-        again = None if all(map(self.engine_rate.seen, [mode, *modes])) else (list(texts), list(modes))
-        return Plan.of(segments, self.clock(), mode or DEFAULT, again)
+        rate, bucket = self.engine_rate, mode or DEFAULT
+        measured = all(map(rate.seen, [mode, *modes]))
+        return Plan.made_of(texts, modes, rate, self.options.speed, self.clock(), bucket, measured)
 
     def shared_preroll_s(self, texts: Sequence[str]) -> float | None:
         """The preroll with the other listeners' work on the engine (None: it has no others):

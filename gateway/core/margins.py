@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from .schedule import Forecast, arrivals, earliest_start, oracle_start, preroll_s
+from ..kokoro.vocoder.modes import VocoderMode
+from .schedule import Forecast, Rate, arrivals, earliest_start, forecast, oracle_start, preroll_s
 
+EXACT = VocoderMode.EXACT
 LOW, HIGH = 1.0, 2.0  # a stretch is never below the forecast itself, nor above twice it
 MIN_REPLIES = 1  # replies seen before a bucket's learned margin replaces the fixed rule
 
@@ -83,18 +85,69 @@ class Plan:
     bucket: str
     start_at: Callable[[float], float]
     again: tuple[list[str], list[str | None]] | None = None
+    # the segments as forecast, their modes, and the same segments forecast whole (``as_made``)
+    segments: tuple[Forecast, ...] = ()
+    modes: tuple[str | None, ...] = ()
+    whole: tuple[Forecast, ...] = ()
 
     @staticmethod
     def of(
-        segments: Sequence[Forecast], at: float, bucket: str, again: tuple[list[str], list[str | None]] | None = None
+        segments: Sequence[Forecast],
+        at: float,
+        bucket: str,
+        again: tuple[list[str], list[str | None]] | None = None,
+        modes: Sequence[str | None] = (),
+        whole: Sequence[Forecast] = (),
     ) -> Plan:
         return Plan(
-            lambda s: preroll_s(segments, 0.0, s), at, bucket, lambda s: earliest_start(arrivals(segments, s)), again
+            lambda s: preroll_s(segments, 0.0, s),
+            at,
+            bucket,
+            lambda s: earliest_start(arrivals(segments, s)),
+            again,
+            tuple(segments),
+            tuple(modes),
+            tuple(whole),
         )
+
+    @staticmethod
+    def made_of(
+        texts: Sequence[str],
+        modes: Sequence[str | None],
+        rate: Rate,
+        speed: float,
+        at: float,
+        bucket: str,
+        measured: bool,
+    ) -> Plan:
+        """The plan of ``texts`` in ``modes`` at ``rate`` (and each whole, for ``as_made``); not
+        ``measured`` (a mode the engine has not made yet): with its texts, to forecast again."""
+        whole = forecast(texts, [EXACT] * len(texts), rate, speed)
+        again = None if measured else (list(texts), list(modes))
+        return Plan.of(forecast(texts, modes, rate, speed), at, bucket, again, modes, whole)
 
     def redone(self, segments: Sequence[Forecast]) -> Plan:
         """The same plan on ``segments`` forecast again."""
         return Plan.of(segments, self.at, self.bucket)
+
+    def as_made(self, made: Sequence[str | None]) -> Plan:
+        """The plan with each segment the engine made whole (``made``: the modes the segments got)
+        where it was forecast streamed, as forecast whole when the plan was made. A reply's mode
+        can change after its plan (a first call over its forecast makes streaming too slow:
+        ``Listener.later_mode``), and the margins then learned the change as noise: a cold
+        press's third sentence, planned streamed and made whole, taught 1.77 where the plan with
+        it whole needed about 1.26, and the next Play both held 2.2 s. With the texts (``again``,
+        a plan on the prior rate), their modes become the modes made."""
+        if not (n := len(made)) or not (len(self.segments) == len(self.modes) == len(self.whole) == n):
+            return self
+        if self.again is not None and len(self.again[1]) == n:
+            return replace(self, again=(self.again[0], list(made)))
+        if all(m == u for m, u in zip(self.modes, made)):
+            return self
+        segments = [
+            w if u == EXACT and m != u else s for s, w, m, u in zip(self.segments, self.whole, self.modes, made)
+        ]
+        return Plan.of(segments, self.at, self.bucket, None, made, self.whole)
 
     def needed(self, got: Sequence[tuple[float, float]]) -> tuple[float, float]:
         """What the arrivals ``got`` needed: the hold's stretch, and the clock start's."""
