@@ -390,6 +390,21 @@ def test_a_player_not_started_gets_the_later_segments_that_start_it_sooner(strea
     assert listener.t_play is not None and listener.mode_for(texts[1]) == "exact"
 
 
+@pytest.mark.parametrize(("spare_ms", "mode"), [(30, "frozen-first"), (90, "exact")])
+def test_a_segment_is_made_whole_only_with_the_players_lead_to_spare(spare_ms: int, mode: str) -> None:
+    """A playing player pauses ``PLAYER_LEAD_S`` (60 ms) before the end of what it holds. A
+    segment made whole because the audio held covered its stretched call by 27 ms came 50 ms
+    before that end in Chromium, and the page heard a 75 ms gap: now the hold must cover the
+    call and the lead, or the segment streams (its first audio soonest)."""
+    rate = modal_rate(0.4, 0.6)
+    listener = frozen_first_listener(rate, Settings(preroll_safety=1.15))
+    text = "This reply is streamed one sentence at a time."
+    listener.tell(0.0)
+    whole = rate.safety(1.15) * rate.predict("exact", rate.audio_s(text))
+    listener.made(round(24000 * (whole + spare_ms / 1000)))  # the player plays from here
+    assert listener.t_play is not None and listener.mode_for(text) == mode
+
+
 def test_a_replys_later_prerolls_take_the_margin_of_its_own_kind() -> None:
     """A ``frozen-first`` reply whose later segment is made exact: its preroll for that segment
     is stretched by what ``frozen-first`` replies needed, not by exact's rule before learning

@@ -22,7 +22,7 @@ from .edf import TIE_S, Job, job, pieces, placed, play, reached
 from .engine_rate import DEFAULT, EngineRate
 from .margins import Plan, scaled, started
 from .options import StreamOptions
-from .schedule import arrivals, earliest_start, forecast, preroll_from, start_on, start_s
+from .schedule import PLAYER_LEAD_S, arrivals, earliest_start, forecast, preroll_from, start_on, start_s
 
 if TYPE_CHECKING:
     from .budget import Budget
@@ -186,19 +186,19 @@ class Listener:
         return self.t_play is None and not self.slowing()
 
     def mode_for(self, text: str) -> str | None:
-        """The segment's vocoder mode. ``frozen-first`` streams inside a segment only where it
-        pays: exact for a segment forecast whole before the listener runs dry, for every later
-        one of a player holding its preroll while streaming is slower than real time (a busy
-        core's 5.6 s sentence came 4.1 s later streamed), and where others leave no headroom."""
+        """The segment's vocoder mode. ``frozen-first`` streams inside a segment only where it pays:
+        exact for a segment forecast whole before the listener runs dry, less the player's lead (27
+        ms to spare, one came 50 ms before the end in Chromium: a gap), for every later one of a
+        player holding its preroll while streaming is slower than real time (a busy core's 5.6 s
+        sentence came 4.1 s later streamed), and where others leave no headroom."""
         if self.requested != VocoderMode.FROZEN_FIRST or not self.live:
             return self.requested
-        rate = self.engine_rate
+        rate, k = self.engine_rate, self.engine_rate.safety(self.settings.preroll_safety)
         need = rate.predict(VocoderMode.EXACT, rate.audio_s(text, self.options.speed))
-        if self.buffered_s() >= rate.safety(self.settings.preroll_safety) * need:
+        if self.buffered_s() - PLAYER_LEAD_S >= k * need:
             return VocoderMode.EXACT
         if self.t_first_audio is not None and self.t_play is None and self.later_mode() == VocoderMode.EXACT:
             return VocoderMode.EXACT
-        k = rate.safety(self.settings.preroll_safety)
         if self.budget is not None and not self.budget.headroom(self, k * rate.rtf(VocoderMode.FROZEN_FIRST)):
             return VocoderMode.EXACT  # streaming inside a segment costs more than the engine has spare
         return self.requested
