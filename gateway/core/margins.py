@@ -136,7 +136,7 @@ class Plan:
         can change after its plan (a first call over its forecast makes streaming too slow:
         ``Listener.later_mode``), and the margins then learned the change as noise: a cold
         press's third sentence, planned streamed and made whole, taught 1.77 where the plan with
-        it whole needed about 1.26, and the next Play both held 2.2 s. With the texts (``again``,
+        it whole needs 1.13 (its clock start 1.27), and the next Play both held 2.2 s. With the texts (``again``,
         a plan on the prior rate), their modes become the modes made."""
         if not (n := len(made)) or not (len(self.segments) == len(self.modes) == len(self.whole) == n):
             return self
