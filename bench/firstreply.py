@@ -180,7 +180,7 @@ def render(out: dict[str, Any]) -> str:
 def render_browser(out: dict[str, Any]) -> str:
     rows = [
         [
-            f"{o['order']}, {o.get('press', 'ready')} at {o.get('pressed_ms', o['page_open_ms'])} ms",
+            f"{o['order']}, {o['press']} at {o['pressed_ms']} ms",
             f"{o['ready_s']:.1f}",
             r["reply"],
             f"{r['first_audio_ms']:.0f}",
