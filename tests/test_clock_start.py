@@ -142,6 +142,28 @@ def test_the_gateway_counts_a_player_waiting_out_its_grace_as_not_started() -> N
     assert simulate([*sent, Arrival(1.0 + 1.5 * GRACE_S, preroll_s=1.5), Arrival(2.0, audio_s=0.5)]).start_s == 1.0
 
 
+def test_a_player_started_on_its_clock_is_counted_from_it_though_no_call_looked_then() -> None:
+    """The model of the player looks at its clock start only when something asks (an arrival,
+    a figure). A stream's next chunk came 0.5 s after the clock ran out and met the hold too: the
+    model counted the start from that chunk, took 0.4 s played for audio held, made the next
+    sentence whole where it had to stream, and Chromium heard a 330 ms gap. It starts at its
+    clock, and a later ``sentence`` (with its own offer, or none) does not undo that."""
+    clock, rate = Clock(), steady_rate(0.5)
+    for later in (None, 200.0):
+        x = listener(rate, clock)
+        x.tell(1.5)
+        x.made(RATE // 2)  # 0.5 s held: the player waits for 1.5 s
+        start = clock.t + 0.3
+        x.offer_start(start)  # the next sentence: start 0.3 s from now holding that
+        clock.t += 0.8  # the stream's next chunk
+        if later is not None:
+            x.offer_start(later)  # the sentence after it, sent before anything looked
+            assert x.t_play == start
+        x.made(RATE)  # 1.5 s made: the hold is met too, half a second after the clock
+        assert x.t_play == start and not x.met
+        assert x.buffered_s() == pytest.approx(1.5 - (0.8 - 0.3))  # played since its clock
+
+
 def test_a_short_call_running_over_by_its_fixed_cost_is_not_a_slowdown() -> None:
     """Clock starts wait while calls run over their forecast (``recent_overrun``). A call much
     shorter than the engine's typical one counts its overrun in seconds against the typical

@@ -143,6 +143,10 @@ class EngineRate:
         m = self._mode(mode)
         return m.wall / m.audio if m is not None and m.audio > 0 else self.prior_rtf
 
+    def streaming_too_slow(self, floor: float) -> bool:
+        """Is streaming inside a segment (``frozen-first``), stretched, no faster than real time?"""
+        return self.rtf(VocoderMode.FROZEN_FIRST) * self.safety(floor) >= 1.0
+
     def predict(self, mode: str | None, audio_s: float) -> float:
         """Seconds one call takes for ``audio_s`` of audio: the fitted line where it has one. A
         mode measured once has no line, only a cost per second, so no fixed cost: it is forecast

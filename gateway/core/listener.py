@@ -78,6 +78,7 @@ class Listener:
     def tell(self, preroll_s: float) -> None:
         """The player was told to hold ``preroll_s`` before it starts: one that holds that much
         starts now; one whose hold was met less than ``GRACE_S`` ago waits for this one instead."""
+        self._check_start()
         if self.t_play is not None and self.met and self.clock() - self.t_play <= GRACE_S:
             if self.samples / self.sample_rate < preroll_s - 1e-9:
                 self.t_play, self.met = None, False
@@ -85,13 +86,21 @@ class Listener:
             self.preroll_told_s = preroll_s
             self._check_start()
 
+    def offer_start(self, at: float | None) -> None:
+        """A ``sentence`` sent with the start offer ``at`` (clock; None: none) replaces the last."""
+        self._check_start()  # a player whose clock ran out has started, whatever comes now
+        self.start_at = at
+
     def _check_start(self) -> None:
+        """Has the player started: its clock start passed (then, not when first looked at: a
+        stream's next chunk came 0.5 s after it, and the model took audio played for audio
+        held), or its hold met (at an arrival: ``made`` looks)?"""
         if self.t_play is not None or not self.samples:
             return
-        if self.samples / self.sample_rate >= self.preroll_told_s - 1e-9:
-            self.t_play, self.met = self.clock(), True
-        elif self.start_at is not None and self.clock() >= self.start_at:
+        if self.start_at is not None and self.clock() >= self.start_at:
             self.t_play = self.start_at
+        elif self.samples / self.sample_rate >= self.preroll_told_s - 1e-9:
+            self.t_play, self.met = self.clock(), True
 
     def first_audio(self) -> None:
         self.t_first_audio = self.clock()
@@ -203,26 +212,23 @@ class Listener:
             return VocoderMode.EXACT  # streaming inside a segment costs more than the engine has spare
         return self.requested
 
-    def _streaming_too_slow(self) -> bool:
-        rate = self.engine_rate
-        return rate.rtf(VocoderMode.FROZEN_FIRST) * rate.safety(self.settings.preroll_safety) >= 1.0
-
     def later_mode(self) -> str | None:
         """The mode a segment after the next one is forecast to get: exact once streaming inside
         a segment is no faster than real time, unless the player has not started and streamed
         segments start it sooner (``preroll_ms`` weighs both: ``stream_to_start``)."""
-        if self.requested == VocoderMode.FROZEN_FIRST and self._streaming_too_slow():
-            if not (self.stream_to_start and self.t_play is None):
-                return VocoderMode.EXACT
+        slow = self.engine_rate.streaming_too_slow(self.settings.preroll_safety)
+        if self.requested == VocoderMode.FROZEN_FIRST and slow and not (self.stream_to_start and self.t_play is None):
+            return VocoderMode.EXACT
         return self.requested
 
     def _streamed_starts_sooner(self, texts: Sequence[str], mode: str | None) -> bool:
         """For a player not started yet, where streaming is no faster than real time: do the
         segments after ``texts[0]`` streamed give an earlier forecast start than made exact?
         Exact ones arrive whole, so the hold takes in the next segment whole."""
-        if self.requested != VocoderMode.FROZEN_FIRST or len(texts) < 2 or not self._streaming_too_slow():
+        rate, floor = self.engine_rate, self.settings.preroll_safety
+        if self.requested != VocoderMode.FROZEN_FIRST or len(texts) < 2 or not rate.streaming_too_slow(floor):
             return False
-        rate, k = self.engine_rate, self.engine_rate.safety(self.settings.preroll_safety, self.bucket or DEFAULT)
+        k = rate.safety(floor, self.bucket or DEFAULT)
         exact, streamed = (
             start_s(
                 forecast(texts, [mode] + [later] * (len(texts) - 1), rate, self.options.speed), self.buffered_s(), k
@@ -305,13 +311,7 @@ class Listener:
         """The forecast a reply starts with, as the preroll it gives at each stretch (and, made
         on the prior rate, its texts and modes, to forecast again once the engine is measured)."""
         if shared is not None:
-            got, k = shared
-            return Plan(
-                lambda s: preroll_from(scaled(got, s / k)),
-                self.clock(),
-                SHARED,
-                lambda s: earliest_start(scaled(got, s / k)),
-            )
+            return Plan.beside(*shared, self.clock(), SHARED)
         rate, bucket = self.engine_rate, mode or DEFAULT
         measured = all(map(rate.seen, [mode, *modes]))
         return Plan.made_of(texts, modes, rate, self.options.speed, self.clock(), bucket, measured)

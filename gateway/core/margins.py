@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from ..kokoro.vocoder.modes import VocoderMode
-from .schedule import Forecast, Rate, arrivals, earliest_start, forecast, oracle_start, preroll_s
+from .schedule import Forecast, Rate, arrivals, earliest_start, forecast, oracle_start, preroll_from, preroll_s
 
 EXACT = VocoderMode.EXACT
 LOW, HIGH = 1.0, 2.0  # a stretch is never below the forecast itself, nor above twice it
@@ -125,6 +125,14 @@ class Plan:
         whole = forecast(texts, [EXACT] * len(texts), rate, speed)
         again = None if measured else (list(texts), list(modes))
         return Plan.of(forecast(texts, modes, rate, speed), at, bucket, again, modes, whole)
+
+    @staticmethod
+    def beside(got: Sequence[tuple[float, float, float]], k: float, at: float, bucket: str) -> Plan:
+        """The plan of a reply forecast beside other listeners' work: its pieces ``got`` where the
+        scheduler will serve them, at the budget's stretch ``k``."""
+        return Plan(
+            lambda s: preroll_from(scaled(got, s / k)), at, bucket, lambda s: earliest_start(scaled(got, s / k))
+        )
 
     def redone(self, segments: Sequence[Forecast]) -> Plan:
         """The same plan on ``segments`` forecast again."""

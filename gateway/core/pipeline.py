@@ -284,7 +284,7 @@ class Pipeline(BudgetMember):
         at = None if item.start_at is None else item.start_at + held_back_ms / 1000
         if at is not None:
             item.fields["start_in_ms"] = max(0, round(1000 * (at - self.listener.clock())))
-        self.listener.start_at = at
+        self.listener.offer_start(at)
 
     def _ms(self, samples: int) -> float:
         """A point of the reply's audio as a player plays it, in ms (the encoder's lead-in first)."""
