@@ -14,8 +14,8 @@ from aiohttp import web
 
 from bench.client import ws_stream
 from gateway.core import batch
+from gateway.core.events import OUT_EVENTS
 from gateway.core.options import parse_options
-from gateway.core.pipeline import OUT_EVENTS
 from gateway.core.stream import StreamSession
 from gateway.core.synthesis import SynthesisHub
 from gateway.engines.fake import FakeEngine

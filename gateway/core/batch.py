@@ -16,8 +16,9 @@ from collections.abc import AsyncGenerator, Callable
 
 from ..audio.encoders import Encoder
 from ..config import Settings
+from .events import OUT_EVENTS, Event
 from .options import StreamOptions
-from .pipeline import OUT_EVENTS, Event, Pipeline
+from .pipeline import Pipeline
 from .synthesis import SynthesisHub
 
 

@@ -9,7 +9,6 @@ listeners ``preroll_ms`` plays out everyone's work as the scheduler will (``budg
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -356,15 +355,3 @@ class Listener:
             key=lambda g: preroll_from(g, held),
         )
         return got, self.budget.safety()
-
-    async def wait(self, pending: Sequence[str]) -> None:
-        """Far enough ahead of the listener (``lookahead_s`` beyond what the next segments are
-        forecast to take): wait until that is no longer so. One timer per segment."""
-        horizon = self.settings.lookahead_s
-        if not self.live or horizon <= 0 or self.t_first_audio is None:
-            return
-        rate, ahead = self.engine_rate, list(pending)[: max(1, self.settings.lookahead)]
-        need = sum(rate.predict(self.requested, rate.audio_s(t, self.options.speed)) for t in ahead)
-        excess = self.buffered_s() - horizon - rate.safety(self.settings.preroll_safety) * need
-        if excess > 0:
-            await asyncio.sleep(excess)

@@ -32,51 +32,24 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any
 
 from ..audio.encoders import Encoder
 from ..audio.payloads import Packetizer, stream_seconds
 from ..audio.resample import reply_encoder
 from ..config import Settings
-from ..errors import GatewayError, NothingToSpeak
+from ..errors import NothingToSpeak
 from ..kokoro.timestamps import WordTimes
 from .budget import ShareKey, Verdict
+from .events import Event, SegmentQueue, error_event
 from .heard import Transcript
 from .listener import Listener
+from .lookahead import wait_ahead
 from .membership import BudgetMember
 from .options import StreamOptions
 from .segmenter import Segmenter
 from .synthesis import SynthesisHub
-
-log = logging.getLogger(__name__)
-
-OUT_EVENTS = 8  # events between the encoder and the channel
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    """One core event. ``fields`` is what JSON carries; ``audio`` holds an audio payload."""
-
-    type: str
-    fields: dict[str, Any] = field(default_factory=dict)
-    audio: bytes = b""
-    cause: BaseException | None = None  # an ``error``'s exception, for an edge that raises it
-    end_ms: float = 0.0  # an ``audio`` payload's end on the reply's timeline (not on the wire)
-    start_at: float | None = None  # a ``sentence``'s start offer (listener clock; ``start_in_ms``)
-
-
-# a segment: its sentence Event, then WordTimes and bytes (PCM), then None or an exception
-SegmentQueue: TypeAlias = asyncio.Queue[Event | WordTimes | bytes | BaseException | None]
-
-
-def error_event(exc: BaseException) -> Event:
-    if isinstance(exc, GatewayError):
-        return Event("error", exc.to_dict(), cause=exc)
-    log.error("synthesis failed", exc_info=exc)
-    return Event("error", {"code": "internal_error", "message": "synthesis failed"}, cause=exc)
 
 
 class Pipeline(BudgetMember):
@@ -185,7 +158,7 @@ class Pipeline(BudgetMember):
                     await self.enter_budget()
                 segment = SegmentQueue()
                 await self.ready.put(segment)  # waits while `lookahead` segments are queued
-                await self.listener.wait(self.pending)
+                await wait_ahead(self.listener, self.pending)
                 self.pending.popleft()
                 self.current, self.listener.segment_samples = text, 0
                 await self._synthesize(segment, index, text)

@@ -26,8 +26,9 @@ from ..errors import BadRequest, Overloaded
 from ..metrics import Metrics
 from .budget import ADMIT, Verdict, planned, share_key
 from .conversation import AGENT_CODES, Conversation, Turn
+from .events import OUT_EVENTS, Event
 from .options import StreamOptions
-from .pipeline import OUT_EVENTS, Event, Pipeline
+from .pipeline import Pipeline
 from .segmenter import split_text
 from .synthesis import SynthesisHub
 

@@ -24,7 +24,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp_sse import EventSourceResponse
 
-from ..core.pipeline import error_event
+from ..core.events import error_event
 from ..errors import SlowClient
 from .slowclient import cut_off, send_limits
 

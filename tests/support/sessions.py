@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.core.pipeline import Event
+from gateway.core.events import Event
 from gateway.core.stream import StreamSession
 
 
