@@ -268,3 +268,33 @@ def test_margins_learn_from_the_plan_with_each_segment_as_it_was_made() -> None:
     assert plan.as_made(["frozen-first"] * 3) is plan
     assert min(plan.needed(got)) > 1.8
     assert max(plan.as_made(["frozen-first", "exact", "exact"]).needed(got)) < 1.2
+
+
+def test_a_stream_for_a_playing_player_is_forecast_on_the_line_of_such_streams() -> None:
+    """With well under a second held, the vocoder can neither take larger chunks nor hand over to
+    the exact rest, so a stream for a playing player (``paced``) costs the frozen chunks' own rate:
+    in Chromium, Play both's sentences after a start on "Hello!" ran 1.4-1.5x the mode's line
+    (which streams that hand over make) and the player ran dry. Such streams have a line of their
+    own; a segment forecast as made for a playing player takes it (never below the mode's), the
+    others do not, and a paced call as slow as that line is no overrun."""
+    from gateway.core.schedule import forecast
+
+    def replies(paced: bool) -> EngineRate:
+        rate = EngineRate(exact_below_s=2.0)
+        for _ in range(6):  # a reply: a stream for a waiting player, then two for a playing one
+            for audio, playing in ((2.6, False), (3.1, True), (2.2, True)):
+                wall = (1.45 if playing else 1.0) * (0.1 + 0.6 * audio)
+                rate.observe("frozen-first", audio, wall, 0.3, chars=round(audio / 0.065), paced=paced and playing)
+        return rate
+
+    plays, blind = replies(True), replies(False)
+    base = plays.predict("frozen-first", 3.0)
+    assert base == pytest.approx(0.1 + 0.6 * 3.0, rel=0.02)  # the waiting player's streams
+    assert plays.predict("frozen-first", 3.0, paced=True) == pytest.approx(1.45 * base, rel=0.02)
+    assert plays.predict("frozen-first", 1.0, paced=True) == plays.predict("frozen-first", 1.0)  # made whole
+    assert blind.predict("frozen-first", 3.0, paced=True) == blind.predict("frozen-first", 3.0)
+    assert plays.noise() < 0.05 < blind.noise()
+    texts = ["This sentence is the one the player waits for.", "This one is made while the player plays it."]
+    first, later = forecast(texts, ["frozen-first"] * 2, plays, 1.0, paced_from=1)
+    alike = forecast(texts, ["frozen-first"] * 2, plays)
+    assert first == alike[0] and later.compute_s > 1.4 * alike[1].compute_s

@@ -56,6 +56,7 @@ class EngineRate:
         # (``Capabilities.exact_below_s``): its first audio comes at its end
         self.exact_below_s = exact_below_s
         self._modes: dict[str, _Mode] = {}
+        self._paced: dict[str, _Mode] = {}  # per streaming mode, the line of its ``paced`` streams
         self._chars = [0.0, 0.0]  # decayed audio seconds x speed, characters
         # decayed mean square of how far calls of any mode ran over their forecast (0.2: 20%
         # slower): the machine's state, so a slowdown seen in one mode counts for all
@@ -89,7 +90,7 @@ class EngineRate:
         line = self._modes.setdefault(self._line(mode, audio_s), _Mode(CostModel(self.forget)))
         f = self.forget
         if line.lined > 1:  # how wrong the forecast was, before this call moves it (a line: two calls)
-            predicted = max(self.predict(mode, audio_s), 1e-6)
+            predicted = max(self.predict(mode, audio_s, paced), 1e-6)
             tw, tp = self._typical
             self._typical = [tw * f + 1.0, tp * f + predicted]
             over = max(0.0, wall_s / predicted - 1.0)
@@ -104,6 +105,8 @@ class EngineRate:
             self._latest = (shrunk, self._latest[0])
             self._peak = max(over, self._peak * PEAK_FORGET)
             self._prior = [self._prior[0] * f, self._prior[1]]
+        if paced and self._line(mode, audio_s) != VocoderMode.EXACT:  # streamed for a playing player
+            line = self._paced.setdefault(mode or DEFAULT, _Mode(CostModel(self.forget)))
         line.costs.observe(audio_s, wall_s)  # type: ignore[arg-type]  # the line takes any number
         line.lined += 1
         m.wall, m.audio = m.wall * f + wall_s, m.audio * f + audio_s
@@ -147,7 +150,19 @@ class EngineRate:
         """Is streaming inside a segment (``frozen-first``), stretched, no faster than real time?"""
         return self.rtf(VocoderMode.FROZEN_FIRST) * self.safety(floor) >= 1.0
 
-    def predict(self, mode: str | None, audio_s: float) -> float:
+    def predict(self, mode: str | None, audio_s: float, paced: bool = False) -> float:
+        """``_predict``; ``paced``: a segment streamed for a playing player, on the line of such
+        streams where it has one (never below the mode's). With well under a second held, the
+        vocoder can neither take larger chunks nor hand over to the exact rest, so such a stream
+        costs the frozen chunks' own rate: Play both's streams after a start on "Hello!" ran
+        1.4-1.5x the mode's line, which streams that hand over make, and the player ran dry."""
+        own = self._predict(mode, audio_s)
+        streamed = self._line(mode, audio_s) != VocoderMode.EXACT
+        if paced and streamed and (p := self._paced.get(mode or DEFAULT)) is not None and p.lined >= 2:
+            return max(own, p.costs.predict(audio_s))  # type: ignore[arg-type]
+        return own
+
+    def _predict(self, mode: str | None, audio_s: float) -> float:
         """Seconds one call takes for ``audio_s`` of audio: the fitted line where it has one. A
         mode measured once has no line, only a cost per second, so no fixed cost: it is forecast
         no cheaper than the mode with a line (the cost of a call's text, encoder and session is
@@ -263,12 +278,13 @@ class EngineRate:
         held_s: float,
         modes: Sequence[str | None],
         bucket: str | None = None,
+        paced_from: int | None = None,
     ) -> int:
         """Audio (ms) a player should hold before it starts or resumes, for ``texts`` still to come
         (each in its mode of ``modes``, at ``speed``) and ``held_s`` it has not heard, stretched by
         the margin learned for replies of ``bucket`` (None: replies starting as ``texts[0]``
-        does; ``floor``: ``preroll_safety``, see ``safety``)."""
-        segments = forecast(texts, modes, self, speed)
+        does; ``floor``: ``preroll_safety``, see ``safety``); ``paced_from``: ``forecast``'s."""
+        segments = forecast(texts, modes, self, speed, paced_from)
         bucket = bucket or (modes[0] if modes else None) or DEFAULT
         return round(1000 * preroll_s(segments, held_s, self.safety(floor, bucket), self.peak()))
 

@@ -193,6 +193,12 @@ class Listener:
         self._check_start()
         return self.t_play is None and not self.slowing()
 
+    def paced_from(self) -> int:
+        """From which of the segments to come the engine paces them for a playing player (their
+        forecast: ``EngineRate.predict``): all once it plays, else those after the next."""
+        self._check_start()
+        return 0 if self.t_play is not None else 1
+
     def mode_for(self, text: str) -> str | None:
         """The segment's vocoder mode. ``frozen-first`` streams inside a segment only where it pays:
         exact for a segment forecast whole before the listener runs dry, less the player's lead (27
@@ -230,7 +236,7 @@ class Listener:
         k = rate.safety(floor, self.bucket or DEFAULT)
         exact, streamed = (
             start_s(
-                forecast(texts, [mode] + [later] * (len(texts) - 1), rate, self.options.speed), self.buffered_s(), k
+                forecast(texts, [mode] + [later] * (len(texts) - 1), rate, self.options.speed, 1), self.buffered_s(), k
             )
             for later in (VocoderMode.EXACT, VocoderMode.FROZEN_FIRST)
         )
@@ -253,11 +259,12 @@ class Listener:
             self.plan = self._plan(texts, modes, mode, shared)
         if self.plan is not None:
             self.made_modes.append(mode)
+        floor, held = self.settings.preroll_safety, self.buffered_s()
         ms = (
-            round(1000 * preroll_from(self._stretched(shared, SHARED), self.buffered_s()))
+            round(1000 * preroll_from(self._stretched(shared, SHARED), held))
             if shared is not None
             else self.engine_rate.preroll_ms(
-                self.settings.preroll_safety, self.options.speed, texts, self.buffered_s(), modes, self.bucket
+                floor, self.options.speed, texts, held, modes, self.bucket, self.paced_from()
             )
         )
         self.tell(ms / 1000)
@@ -280,7 +287,7 @@ class Listener:
             got = self._stretched(shared, started(SHARED), max(least, 1.0 + 2.0 * rate.peak()))
         else:
             k = max(least, rate.safety(floor, started(self.bucket or DEFAULT)))
-            segments = forecast(texts, modes, rate, self.options.speed)
+            segments = forecast(texts, modes, rate, self.options.speed, self.paced_from())
             late = rate.peak() * k * segments[0].compute_s if segments else 0.0  # one call at its peak
             got = [(at + late, audio, pos) for at, audio, pos in arrivals(segments, k)]
         if not got or (early := earliest_start(got, held)) >= start_on(got, hold, held) - TIE_S:
@@ -298,7 +305,7 @@ class Listener:
         if (plan := self.plan) is not None and self.arrivals:
             rate, floor, plan = self.engine_rate, self.settings.preroll_safety, plan.as_made(self.made_modes)
             if plan.again is not None:
-                plan = plan.redone(forecast(*plan.again, rate, self.options.speed))
+                plan = plan.redone(forecast(*plan.again, rate, self.options.speed, 1))  # as planned: not playing
             hold, clock = plan.needed(self.arrivals)
             rate.learn(plan.bucket, hold, floor)
             rate.learn(started(plan.bucket), clock, floor)
@@ -313,7 +320,7 @@ class Listener:
             return Plan.beside(*shared, self.clock(), SHARED)
         rate, bucket = self.engine_rate, mode or DEFAULT
         measured = all(map(rate.seen, [mode, *modes]))
-        return Plan.made_of(texts, modes, rate, self.options.speed, self.clock(), bucket, measured)
+        return Plan.made_of(texts, modes, rate, self.options.speed, self.clock(), bucket, measured, self.paced_from())
 
     def shared_preroll_s(self, texts: Sequence[str]) -> float | None:
         """The preroll with the other listeners' work on the engine (None: it has no others):

@@ -119,12 +119,14 @@ class Plan:
         at: float,
         bucket: str,
         measured: bool,
+        paced_from: int | None = None,
     ) -> Plan:
         """The plan of ``texts`` in ``modes`` at ``rate`` (and each whole, for ``as_made``); not
-        ``measured`` (a mode the engine has not made yet): with its texts, to forecast again."""
+        ``measured`` (a mode the engine has not made yet): with its texts, to forecast again;
+        ``paced_from``: ``schedule.forecast``'s."""
         whole = forecast(texts, [EXACT] * len(texts), rate, speed)
         again = None if measured else (list(texts), list(modes))
-        return Plan.of(forecast(texts, modes, rate, speed), at, bucket, again, modes, whole)
+        return Plan.of(forecast(texts, modes, rate, speed, paced_from), at, bucket, again, modes, whole)
 
     @staticmethod
     def beside(got: Sequence[tuple[float, float, float]], k: float, at: float, bucket: str) -> Plan:

@@ -23,7 +23,7 @@ from typing import Protocol
 class Rate(Protocol):  # what ``engine_rate.EngineRate`` offers a forecast (no import: it imports this module's users)
     def audio_s(self, text: str, speed: float = 1.0) -> float: ...
 
-    def predict(self, mode: str | None, audio_s: float) -> float: ...
+    def predict(self, mode: str | None, audio_s: float, paced: bool = False) -> float: ...
 
     def first_fraction(self, mode: str | None, audio_s: float | None = None) -> float: ...
 
@@ -181,12 +181,16 @@ def oracle_start(arrivals: Iterable[tuple[float, float]]) -> float:
     return start
 
 
-def forecast(texts: Sequence[str], modes: Sequence[str | None], rate: Rate, speed: float = 1.0) -> list[Forecast]:
+def forecast(
+    texts: Sequence[str], modes: Sequence[str | None], rate: Rate, speed: float = 1.0, paced_from: int | None = None
+) -> list[Forecast]:
     """Forecasts for ``texts``, each made in its mode of ``modes``, at the engine's ``rate``;
-    ``speed`` is the speaking rate asked for (``speed`` option)."""
+    ``speed`` is the speaking rate asked for (``speed`` option); ``texts[paced_from:]`` are made
+    for a playing player (the engine paces them: ``EngineRate.predict``; None: none)."""
     out = []
-    for text, mode in zip(texts, modes):
+    for index, (text, mode) in enumerate(zip(texts, modes)):
         audio = rate.audio_s(text, speed)
         if audio > 0:
-            out.append(Forecast(audio, rate.predict(mode, audio), rate.first_fraction(mode, audio)))
+            paced = paced_from is not None and index >= paced_from
+            out.append(Forecast(audio, rate.predict(mode, audio, paced), rate.first_fraction(mode, audio)))
     return out
