@@ -187,11 +187,14 @@ class Listener:
 
     def waiting(self) -> bool:
         """The engine's hint: the player waits for its preroll, so the next segment's first chunk
-        should come soonest (unless ``slowing``: then larger chunks, as with no clock start)."""
+        should come soonest, as every forecast for a player not started counts it (``paced_from``).
+        Also while ``slowing``: paced to the held audio instead, a cold press's hold 0.24 s short
+        was met when the whole next sentence was made, 2.0 s later (no clock start then, though:
+        ``_start_offer``)."""
         if not self.live or self.options.buffered_s:
             return False
         self._check_start()
-        return self.t_play is None and not self.slowing()
+        return self.t_play is None
 
     def paced_from(self) -> int:
         """From which of the segments to come the engine paces them for a playing player (their
@@ -199,20 +202,24 @@ class Listener:
         self._check_start()
         return 0 if self.t_play is not None else 1
 
-    def mode_for(self, text: str) -> str | None:
-        """The segment's vocoder mode. ``frozen-first`` streams inside a segment only where it pays:
-        exact for a segment forecast whole before the listener runs dry, less the player's lead (27
-        ms to spare, one came 50 ms before the end in Chromium: a gap), for every later one of a
-        player holding its preroll while streaming is slower than real time (a busy core's 5.6 s
-        sentence came 4.1 s later streamed), and where others leave no headroom."""
+    def mode_for(self, text: str, after: Sequence[str] = ()) -> str | None:
+        """The segment's vocoder mode (``after``: the texts forecast to follow it). ``frozen-first``
+        streams inside a segment only where it pays: exact for a segment forecast whole before a
+        playing listener runs dry, less the player's lead (27 ms to spare, one came 50 ms before
+        the end in Chromium: a gap), and where others leave no headroom. For a player holding audio
+        but not started, whose audio does not drain, exact where that is forecast whole in time
+        for its hold or streaming is no faster than real time, unless streaming this segment
+        starts it sooner (made whole, a busy core's hold 0.25 s more than the player held waited
+        4.4 s for a 5.6 s sentence; its first chunk comes soonest: ``waiting``)."""
         if self.requested != VocoderMode.FROZEN_FIRST or not self.live:
             return self.requested
         rate, k = self.engine_rate, self.engine_rate.safety(self.settings.preroll_safety)
         need = rate.predict(VocoderMode.EXACT, rate.audio_s(text, self.options.speed))
-        if self.buffered_s() - PLAYER_LEAD_S >= k * need:
-            return VocoderMode.EXACT
-        if self.t_first_audio is not None and self.t_play is None and self.later_mode() == VocoderMode.EXACT:
-            return VocoderMode.EXACT
+        waits, later = self.t_first_audio is not None and self.t_play is None, self.later_mode()
+        if self.buffered_s() - PLAYER_LEAD_S >= k * need or (waits and later == VocoderMode.EXACT):
+            ff, exact, rest = VocoderMode.FROZEN_FIRST, VocoderMode.EXACT, [later] * len(after)
+            if not waits or not self._sooner([text, *after], [ff, *rest], [exact, *rest]):
+                return VocoderMode.EXACT
         if self.budget is not None and not self.budget.headroom(self, k * rate.rtf(VocoderMode.FROZEN_FIRST)):
             return VocoderMode.EXACT  # streaming inside a segment costs more than the engine has spare
         return self.requested
@@ -226,21 +233,14 @@ class Listener:
             return VocoderMode.EXACT
         return self.requested
 
-    def _streamed_starts_sooner(self, texts: Sequence[str], mode: str | None) -> bool:
-        """For a player not started yet, where streaming is no faster than real time: do the
-        segments after ``texts[0]`` streamed give an earlier forecast start than made exact?
-        Exact ones arrive whole, so the hold takes in the next segment whole."""
+    def _sooner(self, texts: Sequence[str], streamed: Sequence[str | None], whole: Sequence[str | None]) -> bool:
+        """For a player not started yet: is the forecast start sooner with ``texts`` in the
+        ``streamed`` modes than in the ``whole`` ones? Exact segments arrive whole, so the hold
+        takes in the next one whole."""
         rate, floor = self.engine_rate, self.settings.preroll_safety
-        if self.requested != VocoderMode.FROZEN_FIRST or len(texts) < 2 or not rate.streaming_too_slow(floor):
-            return False
-        k = rate.safety(floor, self.bucket or DEFAULT)
-        exact, streamed = (
-            start_s(
-                forecast(texts, [mode] + [later] * (len(texts) - 1), rate, self.options.speed, 1), self.buffered_s(), k
-            )
-            for later in (VocoderMode.EXACT, VocoderMode.FROZEN_FIRST)
-        )
-        return streamed < exact
+        k, held, speed = rate.safety(floor, self.bucket or DEFAULT), self.buffered_s(), self.options.speed
+        got = (start_s(forecast(texts, ms, rate, speed, 1), held, k, rate.peak()) for ms in (streamed, whole))
+        return next(got) < next(got)
 
     def preroll_ms(self, texts: Sequence[str], mode: str | None, complete: bool = False) -> int:
         """``preroll_ms`` for a player now; ``texts[0]`` is the segment starting (in ``mode``),
@@ -251,7 +251,9 @@ class Listener:
         if self.bucket is None:
             self.bucket = mode or DEFAULT
         if self.live and self.t_play is None:
-            self.stream_to_start = self._streamed_starts_sooner(texts, mode)
+            n, slow = len(texts) - 1, self.engine_rate.streaming_too_slow(self.settings.preroll_safety)
+            ff, exact = [VocoderMode.FROZEN_FIRST] * n, [VocoderMode.EXACT] * n
+            self.stream_to_start = slow and n > 0 and self._sooner(texts, [mode, *ff], [mode, *exact])
         later = self.later_mode()
         modes = [mode if k == 0 else later for k in range(len(texts))]
         shared = self._shared_pieces(texts)  # once: the plan, the preroll and the offer read it
@@ -276,11 +278,11 @@ class Listener:
     ) -> float | None:
         """When (clock) a player not started yet, holding the audio made so far, can start with
         every forecast piece in time, where its ``hold`` would start it a call later. None if
-        nothing is held, or not ``waiting``. No arrival rounds it up, so: stretched by what clock
+        nothing is held, not ``waiting``, or ``slowing``. No arrival rounds it up, so: stretched by what clock
         starts needed, at least ``preroll_safety`` and 1 + 2 x ``noise``, the next call at its
         ``peak`` (a start 70 ms early ran dry, waited 0.74-2.2 s: docs/SCHEDULING.md)."""
         rate, held, floor = self.engine_rate, self.samples / self.sample_rate, self.settings.preroll_safety
-        if not held or hold <= 0 or not self.waiting():
+        if not held or hold <= 0 or not self.waiting() or self.slowing():
             return None
         least = max(floor, 1.0 + 2.0 * rate.noise())
         if shared is not None:  # where the scheduler serves it beside the others

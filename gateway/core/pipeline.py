@@ -176,7 +176,7 @@ class Pipeline(BudgetMember):
 
     async def _synthesize(self, segment: SegmentQueue, index: int, text: str) -> None:
         o, listener = self.options, self.listener
-        mode = listener.mode_for(text)
+        mode = listener.mode_for(text, self._forecast_texts(None))
         preroll = listener.preroll_ms(self._forecast_texts(text), mode, complete=index == 0 and self.ended)
         fields = {"index": index, "text": text, "t_ms": self.elapsed_ms(), "preroll_ms": preroll}
         segment.put_nowait(Event("sentence", fields, start_at=listener.offer))

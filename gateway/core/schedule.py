@@ -150,10 +150,10 @@ def earliest_start(pieces: Sequence[tuple[float, float, float]], held_s: float =
     return max(0.0, max((at - (held_s + position) for at, _, position in pieces), default=0.0))
 
 
-def start_s(segments: Sequence[Forecast], held_s: float = 0.0, safety: float = 1.2) -> float:
+def start_s(segments: Sequence[Forecast], held_s: float = 0.0, safety: float = 1.2, peak: float | None = None) -> float:
     """When, on the same forecast, a player told ``preroll_s`` starts: the arrival that brings
-    its hold (now, when it holds enough already)."""
-    pieces = arrivals(segments, safety)
+    its hold (now, when it holds enough already). ``peak``: ``preroll_s``'s."""
+    pieces = arrivals(segments, safety, peak, held_s > 0)
     return start_on(pieces, preroll_from(pieces, held_s), held_s)
 
 
