@@ -251,9 +251,9 @@ class Listener:
         if self.bucket is None:
             self.bucket = mode or DEFAULT
         if self.live and self.t_play is None:
-            n, slow = len(texts) - 1, self.engine_rate.streaming_too_slow(self.settings.preroll_safety)
-            ff, exact = [VocoderMode.FROZEN_FIRST] * n, [VocoderMode.EXACT] * n
-            self.stream_to_start = slow and n > 0 and self._sooner(texts, [mode, *ff], [mode, *exact])
+            n, ff, exact = len(texts) - 1, VocoderMode.FROZEN_FIRST, VocoderMode.EXACT
+            slow = self.requested == ff and self.engine_rate.streaming_too_slow(self.settings.preroll_safety)
+            self.stream_to_start = slow and n > 0 and self._sooner(texts, [mode, *[ff] * n], [mode, *[exact] * n])
         later = self.later_mode()
         modes = [mode if k == 0 else later for k in range(len(texts))]
         shared = self._shared_pieces(texts)  # once: the plan, the preroll and the offer read it
@@ -278,9 +278,9 @@ class Listener:
     ) -> float | None:
         """When (clock) a player not started yet, holding the audio made so far, can start with
         every forecast piece in time, where its ``hold`` would start it a call later. None if
-        nothing is held, not ``waiting``, or ``slowing``. No arrival rounds it up, so: stretched by what clock
-        starts needed, at least ``preroll_safety`` and 1 + 2 x ``noise``, the next call at its
-        ``peak`` (a start 70 ms early ran dry, waited 0.74-2.2 s: docs/SCHEDULING.md)."""
+        nothing is held, not ``waiting``, or ``slowing``. No arrival rounds it up, so: stretched by
+        what clock starts needed, at least ``preroll_safety`` and 1 + 2 x ``noise``, the next call
+        at its ``peak`` (a start 70 ms early ran dry, waited 0.74-2.2 s: docs/SCHEDULING.md)."""
         rate, held, floor = self.engine_rate, self.samples / self.sample_rate, self.settings.preroll_safety
         if not held or hold <= 0 or not self.waiting() or self.slowing():
             return None
