@@ -74,7 +74,9 @@ def small_float_model() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def quantized(model: onnx.ModelProto, tmp: Path) -> onnx.ModelProto:
+def quantized(model: onnx.ModelProto, tmp: Path, reduce_range: bool = False) -> onnx.ModelProto:
+    """``model`` as onnxruntime's dynamic quantization makes it; ``reduce_range``: 7-bit weights,
+    as the shipped Kokoro graph's are."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     onnx.save(model, tmp / "float.onnx")
@@ -84,6 +86,7 @@ def quantized(model: onnx.ModelProto, tmp: Path) -> onnx.ModelProto:
         weight_type=QuantType.QInt8,
         op_types_to_quantize=["Conv", "MatMul", "LSTM", "Gather"],
         per_channel=False,
+        reduce_range=reduce_range,
     )
     return onnx.load(tmp / "int8.onnx")
 

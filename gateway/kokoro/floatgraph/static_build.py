@@ -53,7 +53,9 @@ class Calibration:
     voices: tuple[str, ...]
 
     def key(self) -> str:
-        digest = hashlib.sha256(f"{VERSION}|{GROUPS}|{METHOD}|{SHIPPED_WEIGHTS}".encode())
+        from .static_int8 import saturates  # 7-bit weights where the CPU's kernels would saturate
+
+        digest = hashlib.sha256(f"{VERSION}|{GROUPS}|{METHOD}|{SHIPPED_WEIGHTS}|{saturates()}".encode())
         for ids, style in zip(self.tokens, self.styles):
             digest.update(np.asarray(ids, np.int64).tobytes())
             digest.update(np.ascontiguousarray(style, np.float32).tobytes())

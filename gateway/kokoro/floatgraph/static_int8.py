@@ -17,9 +17,11 @@ floor, Whisper WER); docs/STATIC_INT8.md has the table.
 
 from __future__ import annotations
 
+import platform
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -165,13 +167,35 @@ def conv_outputs(model: onnx.ModelProto, names: Sequence[str]) -> set[str]:
     return {n.output[0] for n in model.graph.node if n.name in wanted and n.op_type == "Conv"}
 
 
+def saturates(cpuinfo: str | None = None) -> bool:
+    """Would onnxruntime's u8 x s8 convolutions saturate with full-range s8 weights here? On an
+    x86 CPU without VNNI they run on ``VPMADDUBSW``, whose pairwise sums are int16: u8 inputs
+    against weights up to 127 overflow it (onnxruntime's quantization guide: use 7-bit weights,
+    ``reduce_range``, there). On an AVX2-only AMD EPYC a per-channel s8 convolution came out
+    6% off its float function where 7-bit weights were 0.7% (``tests/test_static_int8.py``).
+    ``cpuinfo``: /proc/cpuinfo's text (read when None; unreadable on x86: assumed to saturate)."""
+    if platform.machine().lower() not in ("x86_64", "amd64", "i686", "x86"):
+        return False  # (ARM's int8 dot products widen to int32)
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return True
+    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), [])
+    return not {"avx512_vnni", "avx_vnni", "amx_int8"} & set(flags)
+
+
 def quantize(
-    model: onnx.ModelProto, names: Sequence[str], ranges: Mapping[str, tuple[float, float]], outputs: bool = True
+    model: onnx.ModelProto,
+    names: Sequence[str],
+    ranges: Mapping[str, tuple[float, float]],
+    outputs: bool = True,
+    reduce_range: bool | None = None,
 ) -> onnx.ModelProto:
     """``model`` (float convolutions ``names``) with those convolutions in QDQ: activations u8
-    with the given ranges, weights s8 symmetric per output channel, biases int32; with
-    ``outputs`` False the convolutions' outputs stay float (no ``QLinearConv`` fusion then:
-    a diagnosis of where the error comes from)."""
+    with the given ranges, weights s8 symmetric per output channel (7-bit with ``reduce_range``;
+    None: where the CPU ``saturates``), biases int32; with ``outputs`` False the convolutions'
+    outputs stay float (no ``QLinearConv`` fusion then: a diagnosis of where the error comes from)."""
     from onnxruntime.quantization import QuantType
     from onnxruntime.quantization.calibrate import (
         CalibrationMethod,
@@ -188,7 +212,7 @@ def quantize(
     quantizer = QDQQuantizer(
         inferred,
         True,
-        False,
+        saturates() if reduce_range is None else reduce_range,
         QuantType.QInt8,
         QuantType.QUInt8,
         TensorsData(CalibrationMethod.MinMax, data),
