@@ -116,7 +116,6 @@ class PacedFakeEngine(FakeEngine):
         vocoder: str | None = None,
         buffered_s: float = 0.0,
         waiting: bool = False,
-        need_s: float = 0.0,
         timestamps: bool = False,
     ) -> AsyncIterator[bytes | WordTimes]:
         rtf = self.settings.fake_rtf

@@ -84,7 +84,6 @@ class TimedEngine:
         vocoder: str | None = None,
         buffered_s: float = 0.0,
         waiting: bool = False,
-        need_s: float = 0.0,
         timestamps: bool = False,
     ) -> AsyncIterator[bytes | WordTimes]:
         if self.split_bytes:
@@ -98,7 +97,6 @@ class TimedEngine:
             vocoder=vocoder,
             buffered_s=buffered_s,
             waiting=waiting,
-            need_s=need_s,
             timestamps=timestamps,
         )
         async with contextlib.aclosing(inner) as chunks:

@@ -247,8 +247,7 @@ def test_while_calls_run_over_a_waiting_player_is_still_waiting_to_the_engine() 
     soonest (``paced_from``), so the engine is told the player waits while the calls run over
     too: told it played, it paced that chunk to the audio held, and a cold press whose hold was
     0.24 s short of what it held waited for the whole next sentence, 2.0 s (Chromium, traced).
-    What a slowdown still takes away is the clock start (the test before this one's). Beside it
-    the engine is told what the hold still needs (``need_s``: tests/test_pacing.py)."""
+    What a slowdown still takes away is the clock start (the test before this one's)."""
     clock, rate = Clock(), steady_rate(0.5)
     waits = listener(rate, clock)
     waits.tell(2.0)
@@ -256,13 +255,9 @@ def test_while_calls_run_over_a_waiting_player_is_still_waiting_to_the_engine() 
     assert waits.t_play is None and waits.waiting() and waits.buffered_s() == 1.0
     rate.observe(None, 2.0, 1.4 * rate.predict(None, 2.0), 1.4, chars=20)  # 40% over
     assert waits.slowing() and waits.waiting() and waits.buffered_s() == 1.0
-    assert waits.need_s() == pytest.approx(1.0)  # what its hold needs beyond what it holds
-    waits.offer = clock.t + 0.5  # a clock start offered starts it then, whatever comes
-    assert waits.need_s() == 0.0
-    waits.offer = None
     clock.t += 2.0  # it starts on its hold: playing, no longer waiting
     waits.made(RATE)
-    assert waits.t_play is not None and not waits.waiting() and waits.need_s() == 0.0
+    assert waits.t_play is not None and not waits.waiting()
 
 
 @pytest.mark.parametrize("rtf", [0.5, 0.7])

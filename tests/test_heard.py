@@ -47,7 +47,6 @@ class HeldEngine(FakeEngine):
         vocoder: str | None = None,
         buffered_s: float = 0.0,
         waiting: bool = False,
-        need_s: float = 0.0,
         timestamps: bool = False,
     ) -> AsyncIterator[bytes | WordTimes]:
         words = text.split()

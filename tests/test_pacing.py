@@ -13,15 +13,12 @@ from gateway.kokoro.vocoder.chunked import SAMPLE_RATE
 SPAN = 100  # generator frames: a 2.5 s sentence
 
 
-def stream(
-    rtf: float, buffered_s: float, waiting: bool, span: int = SPAN, need_s: float = 0.0
-) -> tuple[list[tuple[float, float]], list[int], float]:
+def stream(rtf: float, buffered_s: float, waiting: bool) -> tuple[list[tuple[float, float]], list[int], float]:
     """One sentence streamed frozen-first: (arrival s, audio s) per chunk, the generator windows
     and the engine's busy seconds."""
     with simulated_engine(Policy(exact_below=0), rtf, fixed_ms=10.0) as (clock, vocoder, runner_for):
-        runner = runner_for(span)
-        lead = (buffered_s, waiting, need_s)
-        chunks = vocoder._stream(runner, LEAD, LEAD + span, True, None, *lead)  # type: ignore[arg-type]
+        runner = runner_for(SPAN)
+        chunks = vocoder._stream(runner, LEAD, LEAD + SPAN, True, None, buffered_s, waiting)  # type: ignore[arg-type]
         got = [(clock.now, len(audio) / SAMPLE_RATE) for audio in chunks]
         return got, runner.windows, clock.now
 
@@ -45,40 +42,6 @@ def test_a_waiting_player_gets_the_first_chunk_soonest_and_the_rest_in_larger_on
         ahead += audio
     playing, _, _ = stream(rtf, 1.5, waiting=False)  # a playing player: a larger first chunk
     assert playing[0][0] > 2 * got[0][0]
-
-
-def start_and_stall(got: list[tuple[float, float]], held_s: float, need_s: float) -> tuple[float, float]:
-    """When a player holding ``held_s`` starts, once the stream brought ``need_s`` (its hold),
-    and how long it then waits for later chunks."""
-    own, start, stall = 0.0, None, 0.0
-    for at, audio in got:
-        if start is not None and at > start + stall + held_s + own:  # due once what came before played
-            stall = at - start - held_s - own
-        own += audio
-        if start is None and own >= need_s - 1e-9:
-            start = at
-    assert start is not None, "the hold was never met"
-    return start, stall
-
-
-@pytest.mark.parametrize("rtf", [0.9, 1.3])
-def test_a_waiting_player_short_of_its_hold_gets_it_in_frozen_chunks_before_the_exact_rest(rtf: float) -> None:
-    """A player holding 4.7 s that waits for a hold 2.7 s more, the next sentence 5.5 s. Counted
-    as a player that plays what it holds, the stream handed over to the exact rest after its
-    first chunk (in time for one that plays), and the rest came in one window at its end: on
-    ``bench playback``'s busy core such a player started 5.1 s after the earliest gapless start.
-    Told what it needs: frozen chunks bring that first, it starts sooner, and never runs dry."""
-    held, need, span = 4.7, 2.7, 220
-    told_nothing, _, _ = stream(rtf, held, True, span)
-    got, windows, _ = stream(rtf, held, True, span, need)
-    before, _ = start_and_stall(told_nothing, held, need)
-    start, stall = start_and_stall(got, held, need)
-    assert start < 0.85 * before, (start, before, windows)
-    assert stall == 0.0
-    assert got[0] == told_nothing[0]  # the opening chunk, as soon
-    # a hold beyond the sentence: its end soonest, so the exact rest right after the first chunk
-    _, windows, _ = stream(rtf, held, True, span, need_s=10.0)
-    assert len(windows) == 2, windows
 
 
 def test_the_pacing_bench_runs() -> None:

@@ -216,7 +216,6 @@ class TwoPieceEngine(FakeEngine):
         vocoder: str | None = None,
         buffered_s: float = 0.0,
         waiting: bool = False,
-        need_s: float = 0.0,
         timestamps: bool = False,
     ) -> AsyncIterator[bytes | WordTimes]:
         words, at = text.split(), 0

@@ -2,7 +2,7 @@
 
 One ``Listener`` per reply. Before each segment the synthesis stage asks it whether to wait
 (``lookahead_s``), the segment's mode (``mode_for``), the ``preroll_ms`` and the engine's hints
-(``buffered_s``, ``waiting``, ``need_s``); the stages tell it the audio made (``made``). A batch reply is not
+(``buffered_s``, ``waiting``); the stages tell it the audio made (``made``). A batch reply is not
 ``live``. The scheduler and budget read ``deadline``, ``standing`` and ``stream``; beside other
 listeners ``preroll_ms`` plays out everyone's work as the scheduler will (``budget.edf``).
 """
@@ -125,8 +125,8 @@ class Listener:
         return self.engine_rate.safety(self.settings.preroll_safety, self.bucket or DEFAULT)
 
     def next_deadline(self, call_audio_s: float) -> float | None:
-        """When it runs dry once the call that just ended (``call_audio_s``, some counted already)
-        is in, if another segment is ready to go; else None."""
+        """When it runs dry once the call that just ended (``call_audio_s``, some of it counted
+        already) is in, if another segment is ready to go; else None."""
         if not self.more():
             return None
         return self.deadline() + max(0.0, call_audio_s - self.segment_samples / self.sample_rate)
@@ -175,8 +175,8 @@ class Listener:
         return [self.engine_rate.audio_s(t, self.options.speed) for t in texts]
 
     def buffered_s(self) -> float:
-        """Audio made that the listener has not heard: all until the player starts, then what is
-        ahead of playback from that start (the option ``buffered_s``, held before, plays first)."""
+        """Audio made that the listener has not heard: all of it until the player starts, then what
+        is ahead of playback from that start; the option ``buffered_s`` (held before) plays first."""
         if not self.live:
             return 0.0
         self._check_start()
@@ -187,19 +187,14 @@ class Listener:
 
     def waiting(self) -> bool:
         """The engine's hint: the player waits for its preroll, so the next segment's first chunk
-        should come soonest, as every forecast for a player not started counts it (``paced_from``),
-        also while ``slowing`` (paced to the held audio instead, a cold press's hold 0.24 s short
-        was met when the whole next sentence was made, 2.0 s later)."""
+        should come soonest, as every forecast for a player not started counts it (``paced_from``).
+        Also while ``slowing``: paced to the held audio instead, a cold press's hold 0.24 s short
+        was met when the whole next sentence was made, 2.0 s later (no clock start then, though:
+        ``_start_offer``)."""
         if not self.live or self.options.buffered_s:
             return False
         self._check_start()
         return self.t_play is None
-
-    def need_s(self) -> float:
-        """Beside ``waiting``: the audio the player needs before its hold starts it (0: it plays,
-        or a clock start is offered, which starts it then whatever comes: ``offer``)."""
-        waits = self.waiting() and self.offer is None
-        return max(0.0, self.preroll_told_s - self.samples / self.sample_rate) if waits else 0.0
 
     def paced_from(self) -> int:
         """From which of the segments to come the engine paces them for a playing player (their
@@ -214,8 +209,8 @@ class Listener:
         the end in Chromium: a gap), and where others leave no headroom. For a player holding audio
         but not started, whose audio does not drain, exact where that is forecast whole in time
         for its hold or streaming is no faster than real time, unless streaming this segment
-        starts it sooner (made whole, a busy core's hold 0.25 s more than it held waited 4.4 s
-        for a 5.6 s sentence; streamed, its first chunk comes soonest: ``waiting``, ``need_s``)."""
+        starts it sooner (made whole, a busy core's hold 0.25 s more than the player held waited
+        4.4 s for a 5.6 s sentence; its first chunk comes soonest: ``waiting``)."""
         if self.requested != VocoderMode.FROZEN_FIRST or not self.live:
             return self.requested
         rate, k = self.engine_rate, self.engine_rate.safety(self.settings.preroll_safety)
@@ -240,7 +235,8 @@ class Listener:
 
     def _sooner(self, texts: Sequence[str], streamed: Sequence[str | None], whole: Sequence[str | None]) -> bool:
         """For a player not started yet: is the forecast start sooner with ``texts`` in the
-        ``streamed`` modes than in the ``whole`` ones (exact segments arrive whole)?"""
+        ``streamed`` modes than in the ``whole`` ones? Exact segments arrive whole, so the hold
+        takes in the next one whole."""
         rate, floor = self.engine_rate, self.settings.preroll_safety
         k, held, speed = rate.safety(floor, self.bucket or DEFAULT), self.buffered_s(), self.options.speed
         got = (start_s(forecast(texts, ms, rate, speed, 1), held, k, rate.peak()) for ms in (streamed, whole))

@@ -188,7 +188,6 @@ class Pipeline(BudgetMember):
             requested_mode=listener.requested or "",
             buffered_s=self._playable_s(),
             waiting=listener.waiting(),
-            need_s=listener.need_s(),
             share=o.cache,
             slot=(listener.deadline(), listener),
         )

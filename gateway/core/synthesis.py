@@ -77,11 +77,6 @@ class ItemStream(Protocol):
     async def aclose(self) -> None: ...
 
 
-# the engine's hints for a call, measured when it was asked for: the audio the listener holds,
-# whether their player waits for its preroll, and the audio it needs before it starts
-Lead = tuple[float, bool, float]
-
-
 class Flight:
     """One engine call: its chunks so far, its end (or error), and who follows it."""
 
@@ -93,8 +88,9 @@ class Flight:
         voice: str,
         speed: float,
         mode: str | None,
-        lead: Lead,
+        buffered_s: float,
         slot: tuple[float, SlotOwner | None] | None = None,
+        waiting: bool = False,
     ) -> None:
         self.hub, self.key = hub, key
         self.chunks: list[Item] = []
@@ -109,6 +105,7 @@ class Flight:
         audio = hub.engine_rate.audio_s(text, speed)
         work = hub.engine_rate.predict(mode, audio)
         early = early_s(work, audio, hub.engine_rate.first_fraction(mode, audio))
+        lead = (buffered_s, waiting)  # what the listener holds now, and whether their player waits
         self.asked = hub.clock()  # ... measured then: a playing player's buffer drains until the call starts
         self.task = asyncio.create_task(self._scheduled(text, voice, speed, mode, lead, (deadline, work, early), owner))
 
@@ -118,7 +115,7 @@ class Flight:
         voice: str,
         speed: float,
         mode: str | None,
-        lead: Lead,
+        lead: tuple[float, bool],
         due: tuple[float, float, float],
         owner: SlotOwner | None,
     ) -> None:
@@ -137,7 +134,7 @@ class Flight:
             self.hub.budget.changed()
 
     async def _run(
-        self, text: str, voice: str, speed: float, mode: str | None, lead: Lead, owner: SlotOwner | None
+        self, text: str, voice: str, speed: float, mode: str | None, lead: tuple[float, bool], owner: SlotOwner | None
     ) -> None:
         """The engine's call. A playing ``owner``'s buffer (``lead``) drained while the call waited
         for its slot; the engine paces its chunks on it with a margin of its own on their cost,
@@ -154,11 +151,11 @@ class Flight:
         self._arm()
         try:
             extra = {"timestamps": True} if hub.engine.capabilities.timestamps else {}
-            held, waiting, need = lead
+            held, waiting = lead
             if owner is not None and owner.standing() is not None:  # (one that waits has it all still)
                 held = max(0.0, held - (started - self.asked) - PLAYER_LEAD_S) / max(1.0, owner.stretch())
             synth = hub.engine.synthesize(
-                text, voice=voice, speed=speed, vocoder=mode, buffered_s=held, waiting=waiting, need_s=need, **extra
+                text, voice=voice, speed=speed, vocoder=mode, buffered_s=held, waiting=waiting, **extra
             )
             async with contextlib.aclosing(synth) as chunks:
                 async for pcm in chunks:
@@ -303,16 +300,14 @@ class SynthesisHub:
         share: bool = True,
         slot: tuple[float, SlotOwner | None] | None = None,
         waiting: bool = False,
-        need_s: float = 0.0,
     ) -> ItemStream:
         """PCM chunks for ``text`` (and ``WordTimes`` before them, where the engine gives them).
         ``mode`` goes to the engine (the listener's pick for this segment); ``requested_mode``
         (default ``mode``) is the mode the request asked for, which identical requests share on.
         ``slot``: (deadline, listener) for the engine's queue (default: due now, nobody's);
-        ``buffered_s``, ``waiting`` and ``need_s``: the engine's hints (``Engine.synthesize``)."""
-        lead = (buffered_s, waiting, need_s)
+        ``buffered_s`` and ``waiting``: the engine's hints (``Engine.synthesize``)."""
         if not share:
-            return Flight(self, None, text, voice, speed, mode, lead, slot).follow()
+            return Flight(self, None, text, voice, speed, mode, buffered_s, slot, waiting).follow()
         key: Key = (
             voice,
             round(speed, 3),
@@ -331,7 +326,7 @@ class SynthesisHub:
             self._count("join")
             return flight.follow()
         self._count("miss")
-        flight = Flight(self, key, text, voice, speed, mode, lead, slot)
+        flight = Flight(self, key, text, voice, speed, mode, buffered_s, slot, waiting)
         self.flights[key] = flight
         return flight.follow()
 

@@ -140,7 +140,6 @@ class Engine(Protocol):
         vocoder: str | None = None,
         buffered_s: float = 0.0,
         waiting: bool = False,
-        need_s: float = 0.0,
         timestamps: bool = False,
     ) -> AsyncGenerator[bytes | WordTimes, None]:
         """Yield s16le mono PCM chunks for ``text``. Raise ``EngineError`` on failure.
@@ -148,9 +147,8 @@ class Engine(Protocol):
         The arguments are taken as given: ``gateway.core.options`` checked them against
         ``capabilities``. Hints for engines that stream inside a segment (the others ignore
         them): ``vocoder`` picks the mode (None: the declared default), ``buffered_s`` is the audio
-        the listener holds and has not heard yet, as the core estimates it, ``waiting`` says
-        their player has not started: it wants this segment's first audio soonest, and
-        ``need_s`` how much more audio it needs before it starts (0: none or unknown). With
+        the listener holds and has not heard yet, as the core estimates it, and ``waiting`` says
+        their player has not started: it wants this segment's first audio soonest. With
         ``timestamps`` (engines that declare them), ``WordTimes`` come before the audio they
         describe (see the module's docstring); otherwise only bytes.
         """

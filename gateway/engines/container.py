@@ -258,7 +258,6 @@ class ContainerEngine(EngineBase):
         vocoder: str | None = None,
         buffered_s: float = 0.0,
         waiting: bool = False,
-        need_s: float = 0.0,
         timestamps: bool = False,
     ) -> AsyncGenerator[bytes | WordTimes, None]:
         """Yield the container's PCM for ``text`` (with ``timestamps``, its ``words`` events as

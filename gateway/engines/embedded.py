@@ -242,7 +242,6 @@ class EmbeddedEngine(EngineBase):
         vocoder: str | None = None,
         buffered_s: float = 0.0,
         waiting: bool = False,
-        need_s: float = 0.0,
         timestamps: bool = False,
     ) -> AsyncGenerator[bytes | WordTimes, None]:
         """Yield s16le PCM for ``text``: per piece of at most ``MAX_TOKENS`` phonemes with the
@@ -251,11 +250,10 @@ class EmbeddedEngine(EngineBase):
         ``vocoder`` (default: the declared default) picks the mode; ``buffered_s`` is the audio
         the listener holds and has not heard yet (the core's estimate), so ``frozen-first``
         streams only a segment that would otherwise keep them waiting (``waiting``: the player
-        has not started, ``need_s``: the audio it needs before it starts; see
-        ``StreamingVocoder.synthesize_chunks``). With ``timestamps``, each piece's ``WordTimes``
-        (from the duration predictor, on the segment's timeline) comes before its audio. Closing
-        the generator early starts no further inference for this text; a call already running
-        finishes in its thread and its audio is dropped.
+        has not started; see ``StreamingVocoder.synthesize_chunks``). With ``timestamps``,
+        each piece's ``WordTimes`` (from the duration predictor, on the segment's timeline)
+        comes before its audio. Closing the generator early starts no further inference for
+        this text; a call already running finishes in its thread and its audio is dropped.
         """
         model = self.require(self._model)
         mode = self.capabilities.vocoder_for(vocoder) or VocoderMode.EXACT  # no modes: the whole model
@@ -286,10 +284,7 @@ class EmbeddedEngine(EngineBase):
             held = buffered_s
             if buffered_s > 0 and not waiting:
                 held = max(0.0, buffered_s + made_s - (time.perf_counter() - called))
-            need = max(0.0, need_s - made_s)
-            chunks = streamer.stream_encoded(
-                enc, style, voice, mode=stream_mode, buffered_s=held, waiting=waiting, need_s=need
-            )
+            chunks = streamer.stream_encoded(enc, style, voice, mode=stream_mode, buffered_s=held, waiting=waiting)
             while (audio := await self._run(functools.partial(self._next_chunk, chunks), "inference")) is not None:
                 if audio.size:
                     made_s += audio.size / self.sample_rate

@@ -120,7 +120,6 @@ class FakeEngine(EngineBase):
         vocoder: str | None = None,
         buffered_s: float = 0.0,
         waiting: bool = False,
-        need_s: float = 0.0,
         timestamps: bool = False,
     ) -> AsyncGenerator[bytes | WordTimes, None]:
         s = self.options

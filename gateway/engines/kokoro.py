@@ -296,7 +296,6 @@ class KokoroEngine(EngineBase):
         vocoder: str | None = None,
         buffered_s: float = 0.0,
         waiting: bool = False,
-        need_s: float = 0.0,
         timestamps: bool = False,
     ) -> AsyncGenerator[bytes | WordTimes, None]:
         """Yield s16le PCM per piece of at most ``MAX_TOKENS`` phonemes, each once it is done;

@@ -152,7 +152,6 @@ class SageMakerEngine(EngineBase):
         vocoder: str | None = None,
         buffered_s: float = 0.0,
         waiting: bool = False,
-        need_s: float = 0.0,
         timestamps: bool = False,
     ) -> AsyncGenerator[bytes | WordTimes, None]:
         """Yield the endpoint's PCM for ``text`` (stream mode with ``timestamps``: the words

@@ -28,7 +28,7 @@ class SlowLoadingEngine(FakeEngine):
 class ModalFake(FakeEngine):
     """The fake engine as an engine with vocoder ``modes`` and a ``default`` of its own, keeping
     what each segment was asked in ``asked``: (vocoder, buffered_s) per ``synthesize``, and
-    ``waiting`` and ``need_s`` beside it."""
+    ``waiting`` beside it."""
 
     def __init__(
         self, settings: Any, modes: tuple[str, ...] = ("frozen-first", "frozen", "exact"), default: str = "frozen-first"
@@ -37,7 +37,6 @@ class ModalFake(FakeEngine):
         self.declare(vocoder_modes=modes, default_vocoder=default)
         self.asked: list[tuple[str | None, float]] = []
         self.waiting: list[bool] = []
-        self.need: list[float] = []
 
     def synthesize(
         self,
@@ -48,12 +47,10 @@ class ModalFake(FakeEngine):
         vocoder: str | None = None,
         buffered_s: float = 0.0,
         waiting: bool = False,
-        need_s: float = 0.0,
         timestamps: bool = False,
     ) -> AsyncIterator[bytes | WordTimes]:
         self.asked.append((vocoder, buffered_s))
         self.waiting.append(waiting)
-        self.need.append(need_s)
         return super().synthesize(text, voice=voice, speed=speed, timestamps=timestamps)
 
 

@@ -58,48 +58,24 @@ class Pacer:
     """How far one stream's produced audio is ahead of real-time playback.
 
     ``buffered_s``: audio the player already holds from before this stream (it is playing
-    now); without it, playback starts with this stream's first chunk. ``need_s``: a player
-    holding ``buffered_s`` that waits for its preroll starts once this stream brought that much.
+    now); without it, playback starts with this stream's first chunk.
     """
 
-    def __init__(self, costs: CostModel, buffered_s: float = 0.0, need_s: float = 0.0) -> None:
+    def __init__(self, costs: CostModel, buffered_s: float = 0.0) -> None:
         self.costs = costs
-        self.need_s = max(0.0, need_s)
-        self.first: float | None = time.perf_counter() if buffered_s > 0 and not self.need_s else None
+        self.first: float | None = time.perf_counter() if buffered_s > 0 else None
         self.produced_s = max(0.0, buffered_s)
-        self.own_s = 0.0  # ... of it from this stream
 
     def observe(self, window: int, elapsed: float, produced_samples: int) -> None:
         self.costs.observe(window, elapsed)
-        self.produced_s += produced_samples / SAMPLE_RATE
-        self.own_s += produced_samples / SAMPLE_RATE
-        if self.first is None and self.own_s >= self.need_s - 1e-9:
+        if self.first is None:
             self.first = time.perf_counter()
+        self.produced_s += produced_samples / SAMPLE_RATE
 
     def ahead_s(self) -> float:
         if self.first is None:
             return 0.0
         return self.produced_s - (time.perf_counter() - self.first)
-
-    def short_s(self) -> float:
-        """Audio the waiting player still needs from this stream before it starts (0 once it plays)."""
-        return 0.0 if self.first is not None else max(0.0, self.need_s - self.own_s)
-
-
-def frozen_s(policy: Policy, costs: CostModel, frames: int) -> float:
-    """Seconds frozen chunks take to bring ``frames`` (chunks of at most the largest shape)."""
-    if frames <= 0:
-        return 0.0
-    calls = -(-frames // policy.sizes[-1])
-    return calls * costs.predict(-(-frames // calls) + 2 * policy.context)
-
-
-def behind(policy: Policy, cost: float, ahead: float, frames: int, frozen_frames: int | None) -> bool:
-    """``Policy.batch_rest``: would one call over the rest (``frames`` of audio, predicted to
-    take ``cost`` s) end after the audio in hand (``ahead``) and the rest's own? Then no chunking
-    can keep a real-time player fed (each chunk only adds context and a call)."""
-    p = policy
-    return p.batch_rest and p.adaptive and frozen_frames is None and cost > ahead + frames * FRAME_S
 
 
 def first_size(policy: Policy, costs: CostModel) -> int:
@@ -117,8 +93,7 @@ def first_size(policy: Policy, costs: CostModel) -> int:
 
 def next_size(policy: Policy, pacer: Pacer, previous: int, index: int) -> int:
     """The largest shape predicted to finish before the audio runs out, and never smaller than
-    the one before; for a player waiting for its preroll, the smallest that brings what it still
-    needs (its start waits for all of it), else the largest.
+    the one before.
 
     Small chunks spend most of their time on context, so shrinking to fit a short budget
     would keep the lead short for good. When nothing fits (a machine slower than real time)
@@ -127,8 +102,6 @@ def next_size(policy: Policy, pacer: Pacer, previous: int, index: int) -> int:
     sizes = policy.sizes
     if not policy.adaptive:
         return sizes[min(index, len(sizes) - 1)]
-    if (short := pacer.short_s()) > 0:  # a waiting player: what it still needs in as few calls as that takes
-        return next((n for n in sizes if n * FRAME_S >= short - 1e-9), sizes[-1])
     budget = pacer.ahead_s() / policy.margin
     fits = [n for n in sizes if pacer.costs.predict(n + 2 * policy.context) <= budget]
     if fits:

@@ -25,7 +25,7 @@ from . import calibrate, chunked
 from .chunked import FRAME, FRAME_S, ChunkRunner, Encoded, Policy, encode_segment, fade, voiced_span
 from .modes import DEFAULT, VocoderMode, check_mode
 from .names import Statistic
-from .pacing import CostModel, Pacer, behind, first_size, frozen_s, next_size
+from .pacing import CostModel, Pacer, first_size, next_size
 
 log = logging.getLogger(__name__)
 
@@ -126,9 +126,15 @@ class StreamingVocoder:
         self.warm_up()
         cached = calibrate_s == 0.0
         self.report = BuildReport(t1 - t0, t2 - t1, calibrate_s, time.perf_counter() - t3, cached)
-        r, note = self.report, " from the cache" if cached else ""
-        msg = "streaming vocoder built in %.1f s (split %.1f, sessions %.1f, calibration %.1f%s, warm-up %.1f)"
-        log.info(msg, r.total_s, r.split_s, r.sessions_s, r.calibrate_s, note, r.warmup_s)
+        log.info(
+            "streaming vocoder built in %.1f s (split %.1f, sessions %.1f, calibration %.1f%s, warm-up %.1f)",
+            self.report.total_s,
+            t1 - t0,
+            t2 - t1,
+            calibrate_s,
+            " from the cache" if cached else "",
+            self.report.warmup_s,
+        )
         return self
 
     def add_voice(self, voice: str, pack: np.ndarray) -> float:
@@ -246,11 +252,8 @@ class StreamingVocoder:
         frozen_frames: int | None = None,
         buffered_s: float = 0.0,
         waiting: bool = False,
-        need_s: float = 0.0,
     ) -> Iterator[np.ndarray]:
-        """``synthesize_chunks`` from the encoder's output (for tools that alter it); ``need_s``: the
-        audio a waiting player still needs before it starts (0: unknown), which frozen-first's
-        chunks bring before the hand-over where that starts it sooner (``_switch``)."""
+        """``synthesize_chunks`` from the encoder's output (for tools that alter it)."""
         check_mode(mode)
         p = self.policy
         start, stop = self.span(enc)
@@ -267,8 +270,7 @@ class StreamingVocoder:
             yield from self._exact_audio(runner, 0, start, stop)  # the whole model's statistics
             return
         hand_over = mode == VocoderMode.FROZEN_FIRST
-        need = need_s if hand_over and waiting else 0.0
-        yield from self._stream(runner, start, stop, hand_over, frozen_frames, buffered_s, waiting, need)
+        yield from self._stream(runner, start, stop, hand_over, frozen_frames, buffered_s, waiting)
 
     def _stream(
         self,
@@ -279,20 +281,19 @@ class StreamingVocoder:
         frozen_frames: int | None,
         buffered_s: float = 0.0,
         waiting: bool = False,
-        need_s: float = 0.0,
     ) -> Iterator[np.ndarray]:
         """Frozen chunks, each cross-faded into the next over ``join_fade`` samples (held back
         until the next chunk exists); with ``hand_over``, the exact rest once it will be in time.
         """
         p = self.policy
-        pacer = Pacer(self.costs, buffered_s, need_s)
+        pacer = Pacer(self.costs, buffered_s)
         pos, size, index = start, 0, 0
         held = np.zeros(0, np.float32)
         while pos < stop:
             if index:
                 size = next_size(p, pacer, size, index)
                 cost = pacer.costs.predict(stop - pos + 2 * p.context)
-                if not hand_over and behind(p, cost, pacer.ahead_s(), stop - pos, frozen_frames):
+                if not hand_over and self._behind(cost, pacer.ahead_s(), stop - pos, frozen_frames):
                     # frozen: the rest in one call (``Policy.batch_rest``), as large as memory allows
                     size = min(stop - pos, max(p.sizes))
             else:  # the smallest that pays for the next; larger if a playing listener's buffer allows
@@ -342,26 +343,26 @@ class StreamingVocoder:
     ) -> bool:
         """Should [pos, end) be the last frozen chunk: will the exact rest (a window of
         ``rest_window`` frames, to the segment's end) then be ready in time, or is a stall
-        certain whatever comes next (``behind``)? ``span``: the segment's [start, stop). For a
-        player still waiting for more than this chunk brings: does the rest, in one exact call,
-        bring what it needs no later than frozen chunks would? (Counted as in time for a player
-        that played what it held, a busy core's waiting player short of 2.7 s of its hold got
-        the 5.4 s rest in one window and started 5.1 s after the earliest gapless start.)"""
+        certain whatever comes next (``_behind``)? ``span``: the segment's [start, stop)."""
         p = self.policy
         if frozen_frames is not None:
             return end - span[0] >= frozen_frames
         chunk_s = (end - pos) * FRAME_S
         done_in = pacer.costs.predict(end - pos + 2 * p.context)
-        if (short := pacer.short_s() - chunk_s) > 0:
-            frames = min(span[1] - end, -int(-short // FRAME_S))
-            return self.predict_exact(rest_window) <= frozen_s(p, pacer.costs, frames)
         # audio in hand, beyond what has played, once this chunk is done (playback starts
-        # with the first chunk, or once the waiting player holds its preroll)
-        ahead = pacer.produced_s + chunk_s if pacer.first is None else pacer.ahead_s() - done_in + chunk_s
+        # with the first chunk)
+        ahead = chunk_s if pacer.first is None else pacer.ahead_s() - done_in + chunk_s
         if ahead >= p.safety * self.predict_exact(rest_window):
             return True
         # a stall is certain if even one frozen call over the rest (its cheapest form) ends late
-        return behind(p, pacer.costs.predict(span[1] - end + 2 * p.context), ahead, span[1] - end, frozen_frames)
+        return self._behind(pacer.costs.predict(span[1] - end + 2 * p.context), ahead, span[1] - end, frozen_frames)
+
+    def _behind(self, cost: float, ahead: float, frames: int, frozen_frames: int | None) -> bool:
+        """``Policy.batch_rest``: would one call over the rest (``frames`` of audio, predicted
+        to take ``cost`` s) end after the audio in hand (``ahead``) and the rest's own? Then no
+        chunking can keep a real-time player fed (each chunk only adds context and a call)."""
+        p = self.policy
+        return p.batch_rest and p.adaptive and frozen_frames is None and cost > ahead + frames * FRAME_S
 
     def predict_exact(self, window: int) -> float:
         """Seconds for one exact call over ``window`` frames: learned from exact calls once
