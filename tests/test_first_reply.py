@@ -298,3 +298,32 @@ def test_a_stream_for_a_playing_player_is_forecast_on_the_line_of_such_streams()
     first, later = forecast(texts, ["frozen-first"] * 2, plays, 1.0, paced_from=1)
     alike = forecast(texts, ["frozen-first"] * 2, plays)
     assert first == alike[0] and later.compute_s > 1.4 * alike[1].compute_s
+
+
+def test_a_call_on_a_line_of_one_call_counts_where_a_fitted_line_bounded_its_forecast() -> None:
+    """The warm-up leaves ``frozen-first`` one streamed call (its short sentences are made whole:
+    the exact line), so a cold press's streams were forecast on that call bounded by the exact
+    line, and their overruns went uncounted while the line had one call: streams for a playing
+    player after a start on "Hello!" ran 1.6x and 2.0x their forecast, the stretch stayed 1.15
+    and the player ran dry. A line's very first call (forecast on another mode's) still does
+    not count."""
+
+    def warmed() -> EngineRate:
+        rate = EngineRate(exact_below_s=2.0)
+        for audio in (3.5, 0.6, 1.2):  # the exact warm-up reply
+            rate.observe("exact", audio, 0.1 + 0.6 * audio, 0.1 + 0.6 * audio, chars=round(audio / 0.065))
+        rate.observe("frozen-first", 3.5, 0.1 + 0.8 * 3.5, 0.3, chars=54)  # streamed: the line's one call
+        for audio in (0.6, 1.2):  # made whole: exact's line
+            rate.observe("frozen-first", audio, 0.1 + 0.6 * audio, 0.1 + 0.6 * audio, chars=round(audio / 0.065))
+        return rate
+
+    rate = warmed()
+    assert rate.noise() < 0.05 and rate.peak() < 0.05
+    slow = 1.8 * rate.predict("frozen-first", 3.0, paced=True)
+    rate.observe("frozen-first", 3.0, slow, 0.4, chars=46, paced=True)  # the cold press's stream
+    assert rate.peak() == pytest.approx(0.8, abs=0.01) and rate.noise() > 0.3
+    fresh = EngineRate(exact_below_s=2.0)
+    for audio in (3.5, 1.2):
+        fresh.observe("exact", audio, 0.1 + 0.6 * audio, 0.1 + 0.6 * audio)
+    fresh.observe("frozen-first", 3.0, 3.0 * fresh.predict("frozen-first", 3.0), 0.4)  # the mode's first call
+    assert fresh.peak() == 0.0

@@ -89,7 +89,7 @@ class EngineRate:
         m = self._modes.setdefault(mode or DEFAULT, _Mode(CostModel(self.forget)))
         line = self._modes.setdefault(self._line(mode, audio_s), _Mode(CostModel(self.forget)))
         f = self.forget
-        if line.lined > 1:  # how wrong the forecast was, before this call moves it (a line: two calls)
+        if self._lined(line):  # how wrong the forecast was, before this call moves it
             predicted = max(self.predict(mode, audio_s, paced), 1e-6)
             tw, tp = self._typical
             self._typical = [tw * f + 1.0, tp * f + predicted]
@@ -119,6 +119,14 @@ class EngineRate:
         if chars > 0:
             a, c = self._chars
             self._chars = [a * f + audio_s * speed, c * f + chars]
+
+    def _lined(self, line: _Mode) -> bool:
+        """Was a call on ``line`` forecast on a fitted line (two calls or more)? Its own, or, while
+        it has one call, the one ``_predict`` bounds it below by. (Its own alone: the warm-up
+        leaves ``frozen-first``'s line one streamed call, so on a cold press streams for a playing
+        player ran 1.6x and 2.0x their forecast and moved no overrun: the stretch stayed 1.15 and
+        the player ran dry.) A line's first call was forecast on another mode's: not counted."""
+        return line.lined > 1 or (line.lined == 1 and any(o.lined > 1 for o in self._modes.values()))
 
     def _line(self, mode: str | None, audio_s: float) -> str:
         """Whose line costs a call of ``audio_s`` in ``mode``: exact's where the engine makes the
