@@ -106,7 +106,7 @@ class Gateway:
         """The gateway's lines after the ready one, timed from it (access log left out)."""
         assert self.ready_at is not None
         return [
-            f"+{t - self.ready_at:6.2f} s  {line.split(' ', 2)[-1][:110]}"
+            f"+{t - self.ready_at:6.2f} s  {line.split(' ', 2)[-1][:300]}"
             for t, line in self.lines
             if t > self.ready_at and "aiohttp.access" not in line
         ]

@@ -18,6 +18,7 @@ while few replies were seen); before that it follows the calls' overruns.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,7 @@ from ..kokoro.vocoder.pacing import CostModel
 from .margins import START, Margins
 from .schedule import forecast, preroll_s
 
+log = logging.getLogger(__name__)
 DEFAULT = "default"  # the key of engines without vocoder modes (and of an unnamed mode)
 PRIOR_RTF = 1.0  # before any measurement: assume real time, the pessimistic side of most hosts
 PRIOR_OVERRUN = 0.3  # see EngineRate._prior
@@ -89,8 +91,9 @@ class EngineRate:
         m = self._modes.setdefault(mode or DEFAULT, _Mode(CostModel(self.forget)))
         line = self._modes.setdefault(self._line(mode, audio_s), _Mode(CostModel(self.forget)))
         f = self.forget
-        if self._lined(line):  # how wrong the forecast was, before this call moves it
-            predicted = max(self.predict(mode, audio_s, paced), 1e-6)
+        predicted = max(self.predict(mode, audio_s, paced), 1e-6)
+        counted = self._lined(line)
+        if counted:  # how wrong the forecast was, before this call moves it
             tw, tp = self._typical
             self._typical = [tw * f + 1.0, tp * f + predicted]
             over = max(0.0, wall_s / predicted - 1.0)
@@ -116,6 +119,12 @@ class EngineRate:
             m.first_frac = (m.first_frac * m.weight * f + min(1.0, first_s / wall_s)) / (m.weight * f + 1.0)
             m.weight = m.weight * f + 1.0
         m.calls += 1
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "call %s%s: %.2f s of audio in %.2f s (first at %.2f s), %.2fx its forecast%s; noise %.2f, peak %.2f",
+                mode or DEFAULT, " paced" if paced else "", audio_s, wall_s, first_s, wall_s / predicted,
+                "" if counted else " (not counted)", self.noise(), self._peak,
+            )  # fmt: skip
         if chars > 0:
             a, c = self._chars
             self._chars = [a * f + audio_s * speed, c * f + chars]
@@ -294,7 +303,15 @@ class EngineRate:
         does; ``floor``: ``preroll_safety``, see ``safety``); ``paced_from``: ``forecast``'s."""
         segments = forecast(texts, modes, self, speed, paced_from)
         bucket = bucket or (modes[0] if modes else None) or DEFAULT
-        return round(1000 * preroll_s(segments, held_s, self.safety(floor, bucket), self.peak()))
+        k = self.safety(floor, bucket)
+        ms = round(1000 * preroll_s(segments, held_s, k, self.peak()))
+        if log.isEnabledFor(logging.DEBUG):
+            each = (f"{s.audio_s:.2f}/{s.compute_s:.2f}{'' if m is None else ' ' + m}" for s, m in zip(segments, modes))
+            log.debug(
+                "preroll %d ms: %.2f s held, stretch %.2f (%s), peak %.2f; forecast (audio s, compute s): %s",
+                ms, held_s, k, bucket, self._peak, ", ".join(each),
+            )  # fmt: skip
+        return ms
 
     def audio_s(self, text: str, speed: float = 1.0) -> float:
         """How much audio ``text`` will make, from the characters per second measured so far."""

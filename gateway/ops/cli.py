@@ -12,6 +12,8 @@ from pathlib import Path
 
 from ..config import Settings, load_settings
 from ..web.proxies import parse_trusted
+from .logs import apply as apply_log_level
+from .logs import levels as log_levels
 from .server import run_loop, serve, serve_wyoming
 from .workers import worker_count
 
@@ -118,6 +120,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         settings = load_settings(getattr(args, "config", None), overrides=overrides)
         parse_trusted(settings.trusted_proxies)
         worker_count(settings)
+        log_levels(settings.log_level)
         return settings
     except ValueError as exc:
         raise SystemExit(f"bad settings: {exc}") from None
@@ -186,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in TOOLS:
         return run_module(TOOLS[args.command], args.args)
     settings = settings_from(args)
-    logging.getLogger().setLevel(settings.log_level.upper())
+    apply_log_level(settings.log_level)
     if args.command == "synth":
         from ..errors import GatewayError
 

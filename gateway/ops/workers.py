@@ -225,7 +225,10 @@ def worker_main(settings: Settings, pipe: Connection, limits: SharedLimits | Non
     """A worker process: the gateway on a ``SO_REUSEPORT`` socket, reporting to ``pipe``, its
     sessions counted in column ``slot`` of the port's ``limits``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the supervisor, which sends SIGTERM
-    logging.basicConfig(level=settings.log_level.upper(), format=WORKER_LOG_FORMAT)
+    logging.basicConfig(format=WORKER_LOG_FORMAT)
+    from .logs import apply as apply_log_level
+
+    apply_log_level(settings.log_level)
     from ..web.app import make_app
     from .server import run_loop, serve
 

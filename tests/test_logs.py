@@ -1,0 +1,59 @@
+"""``log_level``: the root level, then other loggers' own (``INFO,gateway.core=DEBUG``), and the
+engine's calls and ``preroll_ms`` traced at DEBUG (what a player was told, and why)."""
+
+from __future__ import annotations
+
+import logging
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gateway.core.engine_rate import EngineRate
+from gateway.ops.logs import apply, levels
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_levels_root_then_named_loggers() -> None:
+    assert levels("INFO") == (logging.INFO, {})
+    assert levels("warning, gateway.core=debug,aiohttp=ERROR") == (
+        logging.WARNING,
+        {"gateway.core": logging.DEBUG, "aiohttp": logging.ERROR},
+    )
+    for bad in ("LOUD", "gateway.core=DEBUG", "INFO,gateway.core", "INFO,=DEBUG", "INFO,x=LOUD", ""):
+        with pytest.raises(ValueError, match="log_level"):
+            levels(bad)
+
+
+def test_apply_sets_only_the_named_loggers() -> None:
+    apply("WARNING,gateway.core.engine_rate=DEBUG")
+    assert logging.getLogger().level == logging.WARNING
+    assert logging.getLogger("gateway.core.engine_rate").isEnabledFor(logging.DEBUG)
+    assert not logging.getLogger("gateway.web").isEnabledFor(logging.INFO)
+
+
+def test_calls_and_prerolls_are_traced_at_debug(caplog: pytest.LogCaptureFixture) -> None:
+    rate = EngineRate(exact_below_s=2.0)
+    with caplog.at_level(logging.DEBUG, logger="gateway.core.engine_rate"):
+        for audio in (3.5, 1.2, 2.4):
+            rate.observe("exact", audio, 0.1 + 0.6 * audio, 0.1 + 0.6 * audio)
+        rate.observe("exact", 3.0, 2 * (0.1 + 0.6 * 3.0), 3.8)
+        ms = rate.preroll_ms(1.15, 1.0, ["One sentence to come.", "And another one after it."], 0.0, ["exact"] * 2)
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0].startswith("call exact: 3.50 s of audio in 2.20 s") and lines[0].endswith(
+        "(not counted); noise 0.00, peak 0.00"
+    )
+    assert "2.00x its forecast; noise" in lines[3] and "peak 1.00" in lines[3]
+    assert lines[4].startswith(f"preroll {ms} ms: 0.00 s held, stretch 2.00 (exact), peak 1.00; forecast")
+    assert re.search(r"compute s\): [\d.]+/[\d.]+ exact, [\d.]+/[\d.]+ exact$", lines[4])  # each segment, its mode
+
+
+def test_a_bad_log_level_is_refused_with_its_name() -> None:
+    out = subprocess.run(
+        [sys.executable, "run_gateway.py", "serve", "--engine", "fake", "--set", "log_level=INFO,gateway.core"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode != 0 and "bad settings: log_level" in out.stderr and "Traceback" not in out.stderr
