@@ -38,6 +38,7 @@ from aiohttp import web
 from ..config import Settings
 from ..metrics import MULTIPROC_ENV
 from ..web.limits import SharedLimits
+from .logs import apply as apply_log_level
 
 log = logging.getLogger(__name__)
 
@@ -226,8 +227,6 @@ def worker_main(settings: Settings, pipe: Connection, limits: SharedLimits | Non
     sessions counted in column ``slot`` of the port's ``limits``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the supervisor, which sends SIGTERM
     logging.basicConfig(format=WORKER_LOG_FORMAT)
-    from .logs import apply as apply_log_level
-
     apply_log_level(settings.log_level)
     from ..web.app import make_app
     from .server import run_loop, serve
