@@ -7,6 +7,7 @@ import logging
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,32 @@ def test_a_bad_log_level_is_refused_with_its_name() -> None:
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert out.returncode != 0 and "bad settings: log_level" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="Linux: /proc/stat")
+def test_cpu_share_counts_other_processes_not_this_one() -> None:
+    """A child process busy for the call's time is about one core of others'; this process busy
+    is none of it (whatever else runs beside the test counts in both, so the difference)."""
+    from gateway.core.cpu import CpuShare
+
+    burn = "import time\nt = time.perf_counter()\nwhile time.perf_counter() - t < 0.6: pass"
+    share = CpuShare()
+    subprocess.run([sys.executable, "-c", burn], check=True, timeout=30)
+    child = share.others()
+    share = CpuShare()
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < 0.6:
+        pass
+    own = share.others()
+    assert child is not None and own is not None
+    assert child - own > 0.5, (child, own)
+
+
+def test_a_traced_call_says_what_other_processes_used(caplog: pytest.LogCaptureFixture) -> None:
+    rate = EngineRate()
+    with caplog.at_level(logging.DEBUG, logger="gateway.core.engine_rate"):
+        assert rate.tracing()
+        rate.observe("exact", 2.0, 1.2, 1.2, others=0.93)
+        rate.observe("exact", 2.0, 1.2, 1.2)
+    first, second = (r.getMessage() for r in caplog.records)
+    assert first.endswith("; other processes 0.93 cores") and "other processes" not in second

@@ -82,10 +82,12 @@ class EngineRate:
         chars: int = 0,
         speed: float = 1.0,
         paced: bool = False,
+        others: float | None = None,
     ) -> None:
         """One finished synthesis: ``audio_s`` of audio in ``wall_s``, the first after ``first_s``;
         ``paced``: for a player holding audio, whose first chunk the engine sized to that buffer
-        (not the smallest), so its first audio says nothing of how soon one can come."""
+        (not the smallest), so its first audio says nothing of how soon one can come; ``others``:
+        the cores other processes used meanwhile (``cpu.CpuShare``, traced only)."""
         if audio_s <= 0 or wall_s <= 0:
             return
         m = self._modes.setdefault(mode or DEFAULT, _Mode(CostModel(self.forget)))
@@ -121,13 +123,19 @@ class EngineRate:
         m.calls += 1
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
-                "call %s%s: %.2f s of audio in %.2f s (first at %.2f s), %.2fx its forecast%s; noise %.2f, peak %.2f",
+                "call %s%s: %.2f s of audio in %.2f s (first at %.2f s), %.2fx its forecast%s; noise %.2f, peak %.2f%s",
                 mode or DEFAULT, " paced" if paced else "", audio_s, wall_s, first_s, wall_s / predicted,
                 "" if counted else " (not counted)", self.noise(), self._peak,
+                "" if others is None else f"; other processes {others:.2f} cores",
             )  # fmt: skip
         if chars > 0:
             a, c = self._chars
             self._chars = [a * f + audio_s * speed, c * f + chars]
+
+    @staticmethod
+    def tracing() -> bool:
+        """Are calls traced (this module's logger at DEBUG)? Then the caller measures ``others``."""
+        return log.isEnabledFor(logging.DEBUG)
 
     def _lined(self, line: _Mode) -> bool:
         """Was a call on ``line`` forecast on a fitted line (two calls or more)? Its own, or, while

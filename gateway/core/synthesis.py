@@ -41,6 +41,7 @@ from ..errors import EngineTimeout
 from ..kokoro.timestamps import WordTimes
 from ..metrics import Metrics
 from .budget import Budget
+from .cpu import CpuShare
 from .engine_rate import EngineRate
 from .schedule import PLAYER_LEAD_S, early_s
 from .scheduler import EngineScheduler, nobody
@@ -148,6 +149,7 @@ class Flight:
         clock = hub.clock
         started = clock()
         first: float | None = None
+        cpu = CpuShare() if hub.engine_rate.tracing() else None
         self._arm()
         try:
             extra = {"timestamps": True} if hub.engine.capabilities.timestamps else {}
@@ -171,7 +173,9 @@ class Flight:
             audio_s = self.samples / hub.engine.sample_rate
             first = first if first is not None else wall
             paced = held > 0 and not waiting and hub.engine.capabilities.paces  # its first chunk sized to the buffer
-            hub.engine_rate.observe(mode, audio_s, wall, first, chars=len(text.strip()), speed=speed, paced=paced)
+            others = cpu.others() if cpu is not None else None  # traced only
+            rate, chars = hub.engine_rate, len(text.strip())
+            rate.observe(mode, audio_s, wall, first, chars=chars, speed=speed, paced=paced, others=others)
             if m:
                 m.rtf.labels(mode or "default").set(hub.engine_rate.rtf(mode))
             hub.finished(self)
