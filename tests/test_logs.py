@@ -30,10 +30,16 @@ def test_levels_root_then_named_loggers() -> None:
 
 
 def test_apply_sets_only_the_named_loggers() -> None:
-    apply("WARNING,gateway.core.engine_rate=DEBUG")
-    assert logging.getLogger().level == logging.WARNING
-    assert logging.getLogger("gateway.core.engine_rate").isEnabledFor(logging.DEBUG)
-    assert not logging.getLogger("gateway.web").isEnabledFor(logging.INFO)
+    root, traced = logging.getLogger(), logging.getLogger("gateway.core.engine_rate")
+    before = root.level, traced.level
+    try:
+        apply("WARNING,gateway.core.engine_rate=DEBUG")
+        assert root.level == logging.WARNING
+        assert traced.isEnabledFor(logging.DEBUG)
+        assert not logging.getLogger("gateway.web").isEnabledFor(logging.INFO)
+    finally:  # the root's level and the trace would reach every later test in this process
+        root.setLevel(before[0])
+        traced.setLevel(before[1])
 
 
 def test_calls_and_prerolls_are_traced_at_debug(caplog: pytest.LogCaptureFixture) -> None:
