@@ -121,7 +121,7 @@ class EngineRate:
             m.first_frac = (m.first_frac * m.weight * f + min(1.0, first_s / wall_s)) / (m.weight * f + 1.0)
             m.weight = m.weight * f + 1.0
         m.calls += 1
-        if log.isEnabledFor(logging.DEBUG):
+        if self.tracing():
             log.debug(
                 "call %s%s: %.2f s of audio in %.2f s (first at %.2f s), %.2fx its forecast%s; noise %.2f, peak %.2f%s",
                 mode or DEFAULT, " paced" if paced else "", audio_s, wall_s, first_s, wall_s / predicted,
@@ -313,7 +313,7 @@ class EngineRate:
         bucket = bucket or (modes[0] if modes else None) or DEFAULT
         k = self.safety(floor, bucket)
         ms = round(1000 * preroll_s(segments, held_s, k, self.peak()))
-        if log.isEnabledFor(logging.DEBUG):
+        if self.tracing():
             each = (f"{s.audio_s:.2f}/{s.compute_s:.2f}{'' if m is None else ' ' + m}" for s, m in zip(segments, modes))
             log.debug(
                 "preroll %d ms: %.2f s held, stretch %.2f (%s), peak %.2f; forecast (audio s, compute s): %s",
