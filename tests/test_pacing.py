@@ -1,6 +1,7 @@
-"""The streaming vocoder's pacing (``pacing.py``, ``StreamingVocoder._stream``) on a simulated
-engine: calls that take no real time, each charged to a virtual clock by a cost line
-(``bench/pacing_sim.py``), so chunk sizes and arrivals are exact and the same on every machine."""
+"""The streaming vocoder's pacing (``pacing.py``, ``StreamingVocoder._stream``): its window
+costs, and streams on a simulated engine: calls that take no real time, each charged to a
+virtual clock by a cost line (``bench/pacing_sim.py``), so chunk sizes and arrivals are exact
+and the same on every machine."""
 
 from __future__ import annotations
 
@@ -52,3 +53,31 @@ def test_the_pacing_bench_runs() -> None:
     busy, start = reply(Policy(exact_below=0), 0.45)
     assert busy > 0 and 0 < start < 1.0
     assert player_stall([(0.0, SAMPLE_RATE // 2), (0.6, SAMPLE_RATE // 2)]) == pytest.approx(0.1)  # (time, samples)
+
+
+def test_window_costs_do_not_trust_a_slope_drawn_from_small_windows_far_from_them() -> None:
+    """The calls a stream has seen are mostly small windows; a line through them, jittered by a
+    few ms, extrapolated to an exact rest of 170 frames forecast 0.6-1.0 s for a 1.5 s call
+    (the stream handed over with 0.45 s in hand). Window costs keep the mean cost per frame there
+    unless the line is known well enough; exact calls still follow the line exactly."""
+    from gateway.kokoro.vocoder.pacing import CostModel, WindowCosts
+
+    def true(window: int) -> float:
+        return 0.030 + 0.0087 * window
+
+    jitter = (0.012, -0.010, -0.008, 0.011, -0.012)  # a line fitted on these has a low slope
+    line, robust = CostModel(), WindowCosts()
+    for window, noise in zip((16, 20, 24, 16, 20), jitter):
+        for costs in (line, robust):
+            costs.observe(window, true(window) + noise)
+    assert line.predict(170) < 0.75 * true(170)  # the old line: a third too little
+    assert true(170) <= robust.predict(170) <= 1.3 * true(170)
+    assert robust.predict(16) == pytest.approx(line.predict(16))  # where the calls were: the line
+    exact = WindowCosts()  # the same calls without jitter: the line is known, it is used
+    for window in (16, 20, 24, 16, 20):
+        exact.observe(window, true(window))
+    assert exact.predict(170) == pytest.approx(true(170), rel=1e-6)
+    wide = WindowCosts()  # noisy, but over windows that pin the slope down: close to the line
+    for window, noise in zip((16, 40, 80, 140, 170, 24), jitter + (0.01,)):
+        wide.observe(window, true(window) + noise)
+    assert wide.predict(170) == pytest.approx(true(170), rel=0.05)

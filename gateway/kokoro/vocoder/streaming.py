@@ -25,7 +25,7 @@ from . import calibrate, chunked
 from .chunked import FRAME, FRAME_S, ChunkRunner, Encoded, Policy, encode_segment, fade, voiced_span
 from .modes import DEFAULT, VocoderMode, check_mode
 from .names import Statistic
-from .pacing import CostModel, Pacer, first_size, next_size
+from .pacing import Pacer, WindowCosts, first_size, next_size
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +61,8 @@ class StreamingVocoder:
         self._stats = {v: dict(s) for v, s in stats.items()}
         self.statistics = tuple(statistics)
         self.policy = policy
-        self.costs = CostModel()  # frozen chunks: seeded by warm_up(), refined by every chunk
-        self.exact_costs = CostModel()  # exact calls (whole segments, or the rest of one)
+        self.costs = WindowCosts()  # frozen chunks: seeded by warm_up(), refined by every chunk
+        self.exact_costs = WindowCosts()  # exact calls (whole segments, or the rest of one)
         self.report: BuildReport | None = None
         # what add_voice() needs to calibrate a voice later (set by build())
         self._digest = ""
