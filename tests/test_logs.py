@@ -49,6 +49,7 @@ def test_calls_and_prerolls_are_traced_at_debug(caplog: pytest.LogCaptureFixture
             rate.observe("exact", audio, 0.1 + 0.6 * audio, 0.1 + 0.6 * audio)
         rate.observe("exact", 3.0, 2 * (0.1 + 0.6 * 3.0), 3.8)
         ms = rate.preroll_ms(1.15, 1.0, ["One sentence to come.", "And another one after it."], 0.0, ["exact"] * 2)
+        rate.learn("exact", 1.3, 1.15)
     lines = [r.getMessage() for r in caplog.records]
     assert lines[0].startswith("call exact: 3.50 s of audio in 2.20 s") and lines[0].endswith(
         "(not counted); noise 0.00, peak 0.00"
@@ -56,6 +57,7 @@ def test_calls_and_prerolls_are_traced_at_debug(caplog: pytest.LogCaptureFixture
     assert "2.00x its forecast; noise" in lines[3] and "peak 1.00" in lines[3]
     assert lines[4].startswith(f"preroll {ms} ms: 0.00 s held, stretch 2.00 (exact), peak 1.00; forecast")
     assert re.search(r"compute s\): [\d.]+/[\d.]+ exact, [\d.]+/[\d.]+ exact$", lines[4])  # each segment, its mode
+    assert lines[5] == "reply learned (exact): its arrivals needed a stretch of 1.30"
 
 
 def test_a_bad_log_level_is_refused_with_its_name() -> None:

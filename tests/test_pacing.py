@@ -5,6 +5,9 @@ and the same on every machine."""
 
 from __future__ import annotations
 
+import logging
+import re
+
 import pytest
 
 from bench.pacing_sim import LEAD, player_stall, reply, simulate, simulated_engine
@@ -14,12 +17,14 @@ from gateway.kokoro.vocoder.chunked import SAMPLE_RATE
 SPAN = 100  # generator frames: a 2.5 s sentence
 
 
-def stream(rtf: float, buffered_s: float, waiting: bool) -> tuple[list[tuple[float, float]], list[int], float]:
-    """One sentence streamed frozen-first: (arrival s, audio s) per chunk, the generator windows
-    and the engine's busy seconds."""
+def stream(
+    rtf: float, buffered_s: float, waiting: bool, span: int = SPAN
+) -> tuple[list[tuple[float, float]], list[int], float]:
+    """One sentence (``span`` frames) streamed frozen-first: (arrival s, audio s) per chunk, the
+    generator windows and the engine's busy seconds."""
     with simulated_engine(Policy(exact_below=0), rtf, fixed_ms=10.0) as (clock, vocoder, runner_for):
-        runner = runner_for(SPAN)
-        chunks = vocoder._stream(runner, LEAD, LEAD + SPAN, True, None, buffered_s, waiting)  # type: ignore[arg-type]
+        runner = runner_for(span)
+        chunks = vocoder._stream(runner, LEAD, LEAD + span, True, None, buffered_s, waiting)  # type: ignore[arg-type]
         got = [(clock.now, len(audio) / SAMPLE_RATE) for audio in chunks]
         return got, runner.windows, clock.now
 
@@ -81,3 +86,17 @@ def test_window_costs_do_not_trust_a_slope_drawn_from_small_windows_far_from_the
     for window, noise in zip((16, 40, 80, 140, 170, 24), jitter + (0.01,)):
         wide.observe(window, true(window) + noise)
     assert wide.predict(170) == pytest.approx(true(170), rel=0.05)
+
+
+def test_a_hand_over_to_the_exact_rest_is_traced_at_debug(caplog: pytest.LogCaptureFixture) -> None:
+    """Where a stream hands over is where its lump comes (the warm-up's 3.1 s rest in one piece
+    with 0.45 s in hand): at DEBUG the vocoder says when, with what in hand and the rest's
+    forecast (``log_level=INFO,gateway.kokoro.vocoder=DEBUG``)."""
+    with caplog.at_level(logging.DEBUG, logger="gateway.kokoro.vocoder.streaming"):
+        stream(0.45, 0.0, waiting=False, span=300)  # 7.5 s: the exact rest in time after a few chunks
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("exact rest after frame")]
+    assert len(lines) == 1, lines
+    said = r"exact rest after frame (\d+) of \[(\d+), (\d+)\): ([\d.]+) s in hand, .* forecast ([\d.]+) s"
+    match = re.fullmatch(said, lines[0])
+    assert match is not None and int(match[2]) == LEAD and int(match[3]) == LEAD + 300
+    assert LEAD < int(match[1]) < LEAD + 300 and float(match[4]) > 0 and float(match[5]) > 0

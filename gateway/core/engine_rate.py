@@ -271,6 +271,8 @@ class EngineRate:
         is drawn towards (``Margins.factor``; ``floor`` and the warm-up's alone, a second press
         of Play both ran dry in Chromium on a busy host)."""
         self.margins.observe(bucket, needed, self.overrun_now(), prior=self._rule(floor, bucket, self.noise()))
+        if self.tracing():
+            log.debug("reply learned (%s): its arrivals needed a stretch of %.2f", bucket, needed)
 
     def margin(self, bucket: str | None) -> float | None:
         """The stretch replies of ``bucket`` needed (None: the largest of any), widened while

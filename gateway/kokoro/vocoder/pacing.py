@@ -142,3 +142,11 @@ def next_size(policy: Policy, pacer: Pacer, previous: int, index: int) -> int:
     if fits:
         return max(previous, *fits)
     return min((n for n in sizes if n > previous), default=sizes[-1])
+
+
+def behind(policy: Policy, cost: float, ahead: float, frames: int, frozen_frames: int | None) -> bool:
+    """``Policy.batch_rest``: would one call over a stream's rest (``frames`` of audio, predicted
+    to take ``cost`` s) end after the audio in hand (``ahead``) and the rest's own? Then no
+    chunking can keep a real-time player fed (each chunk only adds context and a call)."""
+    p = policy
+    return p.batch_rest and p.adaptive and frozen_frames is None and cost > ahead + frames * FRAME_S

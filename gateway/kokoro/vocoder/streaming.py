@@ -25,7 +25,7 @@ from . import calibrate, chunked
 from .chunked import FRAME, FRAME_S, ChunkRunner, Encoded, Policy, encode_segment, fade, voiced_span
 from .modes import DEFAULT, VocoderMode, check_mode
 from .names import Statistic
-from .pacing import Pacer, WindowCosts, first_size, next_size
+from .pacing import Pacer, WindowCosts, behind, first_size, next_size
 
 log = logging.getLogger(__name__)
 
@@ -293,7 +293,7 @@ class StreamingVocoder:
             if index:
                 size = next_size(p, pacer, size, index)
                 cost = pacer.costs.predict(stop - pos + 2 * p.context)
-                if not hand_over and self._behind(cost, pacer.ahead_s(), stop - pos, frozen_frames):
+                if not hand_over and behind(p, cost, pacer.ahead_s(), stop - pos, frozen_frames):
                     # frozen: the rest in one call (``Policy.batch_rest``), as large as memory allows
                     size = min(stop - pos, max(p.sizes))
             else:  # the smallest that pays for the next; larger if a playing listener's buffer allows
@@ -343,7 +343,7 @@ class StreamingVocoder:
     ) -> bool:
         """Should [pos, end) be the last frozen chunk: will the exact rest (a window of
         ``rest_window`` frames, to the segment's end) then be ready in time, or is a stall
-        certain whatever comes next (``_behind``)? ``span``: the segment's [start, stop)."""
+        certain whatever comes next (``pacing.behind``)? ``span``: the segment's [start, stop)."""
         p = self.policy
         if frozen_frames is not None:
             return end - span[0] >= frozen_frames
@@ -352,17 +352,14 @@ class StreamingVocoder:
         # audio in hand, beyond what has played, once this chunk is done (playback starts
         # with the first chunk)
         ahead = chunk_s if pacer.first is None else pacer.ahead_s() - done_in + chunk_s
-        if ahead >= p.safety * self.predict_exact(rest_window):
-            return True
-        # a stall is certain if even one frozen call over the rest (its cheapest form) ends late
-        return self._behind(pacer.costs.predict(span[1] - end + 2 * p.context), ahead, span[1] - end, frozen_frames)
-
-    def _behind(self, cost: float, ahead: float, frames: int, frozen_frames: int | None) -> bool:
-        """``Policy.batch_rest``: would one call over the rest (``frames`` of audio, predicted
-        to take ``cost`` s) end after the audio in hand (``ahead``) and the rest's own? Then no
-        chunking can keep a real-time player fed (each chunk only adds context and a call)."""
-        p = self.policy
-        return p.batch_rest and p.adaptive and frozen_frames is None and cost > ahead + frames * FRAME_S
+        rest = self.predict_exact(rest_window)
+        # or a stall is certain if even one frozen call over the rest (its cheapest form) ends late
+        cheapest = pacer.costs.predict(span[1] - end + 2 * p.context)
+        last = ahead >= p.safety * rest or behind(p, cheapest, ahead, span[1] - end, frozen_frames)
+        if last and log.isEnabledFor(logging.DEBUG):  # a hand-over is when a stream's lump comes
+            what = "exact rest after frame %d of [%d, %d): %.2f s in hand, the rest's %d frames forecast %.2f s"
+            log.debug(what, end, *span, ahead, rest_window, rest)
+        return last
 
     def predict_exact(self, window: int) -> float:
         """Seconds for one exact call over ``window`` frames: learned from exact calls once
