@@ -42,29 +42,31 @@ class CostModel:
         """The fitted line at ``window``; with too little spread in the calls seen, their mean
         cost per frame times ``window`` (a fixed cost per call makes that pessimistic for
         larger windows, the safe side)."""
-        return self._predict(window)[0]
+        return self._fit(window)[0]
 
-    def _predict(self, window: int) -> tuple[float, float]:
-        """(``predict``, the line's standard error there: inf where no line was fitted or the
-        calls leave no degree of freedom to say how far they stray from it)."""
+    def _fit(self, window: int) -> tuple[float, float, float]:
+        """(``predict``, the line's standard error there, the calls' mean cost per frame times
+        ``window``); the error is inf where no line was fitted or the calls leave no degree of
+        freedom to say how far they stray from it."""
         with self._lock:
             w, sx, sy, sxx, sxy, syy = self._sums
         if w == 0.0:
-            return 0.01 * window, math.inf  # a guess, replaced by the first measurement
+            guess = 0.01 * window  # replaced by the first measurement
+            return guess, math.inf, guess
+        per_frame = sy / sx * window
         spread = w * sxx - sx * sx
         if spread > 1e-9 * max(1.0, w * sxx):
             slope = (w * sxy - sx * sy) / spread
             fixed = (sy - slope * sx) / w
             if slope > 0 and fixed >= 0:
                 line = fixed + slope * window
+                if w <= 2.0:
+                    return line, math.inf, per_frame
                 # residual variance over the weight's degrees of freedom; the error at ``window``
                 # grows with its distance from the calls' mean window
-                rss = max(0.0, syy - fixed * sy - slope * sxy)
-                if w <= 2.0:
-                    return line, math.inf
-                var = rss / (w - 2.0)
-                return line, math.sqrt(var * (1.0 / w + (window - sx / w) ** 2 * w / spread))
-        return sy / sx * window, math.inf
+                var = max(0.0, syy - fixed * sy - slope * sxy) / (w - 2.0)
+                return line, math.sqrt(var * (1.0 / w + (window - sx / w) ** 2 * w / spread)), per_frame
+        return per_frame, math.inf, per_frame
 
 
 class WindowCosts(CostModel):
@@ -74,19 +76,15 @@ class WindowCosts(CostModel):
     chunks, windows of 16-24 frames), and a line through so narrow a range can have any slope:
     extrapolated to a 130-154 frame exact rest it forecast 0.6-1.5 s for calls that took 1.3-1.4
     s, and a stream handed over to that rest with 0.45 s in hand (its 3.1 s arrived in one piece
-    1.3 s later: the start-up warm-up's streamed reply needed a stretch of 1.4-1.9 where its
-    others needed 1.07, and that bounded the first listener's holds). The cost is close to
+    1.3 s later: the start-up warm-up's streamed reply then logged a margin of 1.4-1.9, where
+    most starts log 1.07, and that bounded the first listener's holds). The cost is close to
     proportional to the window (8.7 ms a frame and about 30 ms a call on the 2-core host), so the
     mean per frame errs by the fixed cost per call times the windows' ratio: on the safe side,
     and less as larger windows are seen."""
 
     def predict(self, window: int) -> float:
-        line, error = self._predict(window)
-        with self._lock:
-            _, sx, sy = self._sums[:3]
-        if sx <= 0.0 or line >= (per_frame := sy / sx * window):
-            return line
-        return max(line, min(per_frame, line + 2.0 * error))
+        line, error, per_frame = self._fit(window)
+        return line if line >= per_frame else min(per_frame, line + 2.0 * error)
 
 
 class Pacer:

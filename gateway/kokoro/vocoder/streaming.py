@@ -352,10 +352,10 @@ class StreamingVocoder:
         # audio in hand, beyond what has played, once this chunk is done (playback starts
         # with the first chunk)
         ahead = chunk_s if pacer.first is None else pacer.ahead_s() - done_in + chunk_s
-        rest = self.predict_exact(rest_window)
-        # or a stall is certain if even one frozen call over the rest (its cheapest form) ends late
-        cheapest = pacer.costs.predict(span[1] - end + 2 * p.context)
-        last = ahead >= p.safety * rest or behind(p, cheapest, ahead, span[1] - end, frozen_frames)
+        rest, frames = self.predict_exact(rest_window), span[1] - end
+        last = ahead >= p.safety * rest  # the exact rest in time
+        if not last:  # or a stall certain if even one frozen call over the rest (its cheapest form) ends late
+            last = behind(p, pacer.costs.predict(frames + 2 * p.context), ahead, frames, frozen_frames)
         if last and log.isEnabledFor(logging.DEBUG):  # a hand-over is when a stream's lump comes
             what = "exact rest after frame %d of [%d, %d): %.2f s in hand, the rest's %d frames forecast %.2f s"
             log.debug(what, end, *span, ahead, rest_window, rest)
