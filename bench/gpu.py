@@ -80,7 +80,9 @@ class Config:
         return f"{self.engine}:{self.precision}:{self.device}"
 
     def settings(self, kokoro_dir: Path) -> dict[str, str]:
-        common = {"synth_timeout_s": "300"}  # a CPU dry run on a loaded machine is slow, not broken
+        # a CPU dry run on a loaded machine is slow, not broken; the reply cache off, or every
+        # repetition after the first is a cache hit (2 ms "first audio": seen on the H200)
+        common = {"synth_timeout_s": "300", "cache_mb": "0"}
         if self.engine == "kokoro":
             return {**common, "kokoro_dir": str(kokoro_dir), "kokoro_device": self.device}
         return {

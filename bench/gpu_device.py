@@ -15,7 +15,8 @@ parts of the pack (``.gpupack/a``, ``.gpupack/b``, ...; ``bench/gpu_pack.py`` ma
 3. once every file of the manifest is in, the gateway's dependencies are imported once (a
    missing one fails here, in seconds), then ``run_gateway.py bench gpu`` runs with
    ``PYTHONPATH=STATE/site`` and ``XDG_CACHE_HOME=STATE/cache``: the torch weights are converted
-   from the shipped model there, and the report goes to ``--out`` (``$OUT`` on that machine).
+   from the shipped model there, and the report goes to ``--out`` (``$OUT`` on that machine);
+   where ``kokoro:fp32:cuda`` is measured, ``bench listeners`` follows on it (``--listeners``).
 
 While parts are missing it says which and exits 0 (the next call carries them); with a part
 missing that an earlier call brought, the machine went cold in between: carry it again.
@@ -165,7 +166,29 @@ def run_bench(args: argparse.Namespace, state: Path) -> int:
         "--out",
         str(out / "gpu.json"),
     ]
-    with (out / "gpu-device.log").open("w") as log:
+    rc = logged(command, env, out / "gpu-device.log")
+    listeners = listeners_command(args, state, out)
+    if listeners:
+        rc = rc or logged(listeners, env, out / "listeners.log")
+    return rc
+
+
+def listeners_command(args: argparse.Namespace, state: Path, out: Path) -> list[str] | None:
+    """``bench listeners`` on the torch engine on CUDA (its converted weights; the reply cache
+    off): how many listeners one GPU serves gaplessly, N = 1 .. ``--listeners``."""
+    if args.listeners < 1 or "kokoro:fp32:cuda" not in args.configs:
+        return None
+    weights = state / "cache" / "kokoro-gateway" / "kokoro-82m"  # where bench gpu converted them
+    return [
+        *(sys.executable, "run_gateway.py", "bench", "listeners", "--engines", "kokoro"),
+        *("--set", f"kokoro_dir={weights}", "--set", "kokoro_device=cuda"),
+        *("--max-n", str(args.listeners), "--out", str(out / "listeners")),
+    ]
+
+
+def logged(command: list[str], env: dict[str, str], log_path: Path) -> int:
+    """Run ``command`` from the repository root, its output both printed and in ``log_path``."""
+    with log_path.open("w") as log:
         proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -187,6 +210,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "bench-results" / "gpu-device"))
     parser.add_argument("--configs", default=DEVICE_CONFIGS)
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument(
+        "--listeners",
+        type=int,
+        default=12,
+        help="then bench listeners on kokoro:fp32:cuda, N = 1 .. this (0: not; default %(default)s)",
+    )
     parser.add_argument("--stage-only", action="store_true", help="install what was carried; measure nothing")
     args = parser.parse_args(argv)
     state = Path(args.state)

@@ -7,6 +7,7 @@ WebSocket path work end to end, and that it says what it would install.
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import onnxruntime as ort
 import pytest
 
 from bench.gpu import Config, install_plan, parse_configs
+from bench.gpu_device import listeners_command
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,6 +27,9 @@ def test_configs_parse_and_a_dry_run_stays_on_the_cpu() -> None:
     assert [c.name for c in configs] == ["embedded:fp16:cuda", "kokoro:fp32:cuda"]
     assert configs[0].settings(Path("/k"))["embedded_provider"] == "cuda"
     assert configs[1].settings(Path("/k"))["kokoro_dir"] == "/k"
+    # every repetition synthesizes: with the reply cache on, all but the first were cache hits
+    # (2 ms "first audio" on the H200, 4 December)
+    assert {c.settings(Path("/k"))["cache_mb"] for c in configs} == {"0"}
     assert [c.device for c in parse_configs("embedded:fp32:cuda,embedded:fp32:cpu", dry_run=True)] == ["cpu"]
     for bad in ("embedded:int4:cuda", "kokoro:fp16:cuda", "torch:fp32:cpu", "embedded:fp32"):
         with pytest.raises(ValueError, match="expected"):
@@ -74,3 +79,15 @@ def test_dry_run_measures_both_engines_over_the_websocket(tmp_path: Path) -> Non
     assert "156.7" in proc.stdout and "embedded:fp32:cpu" in proc.stdout
     if "CUDAExecutionProvider" not in ort.get_available_providers():
         assert "would run:" in proc.stdout and "onnxruntime-gpu" in proc.stdout
+
+
+def test_the_device_script_follows_the_torch_cuda_figures_with_bench_listeners(tmp_path: Path) -> None:
+    args = argparse.Namespace(configs="embedded:int8:cpu,kokoro:fp32:cuda", listeners=9)
+    command = listeners_command(args, tmp_path, tmp_path / "out")
+    assert command is not None and command[1:4] == ["run_gateway.py", "bench", "listeners"]
+    assert f"kokoro_dir={tmp_path}/cache/kokoro-gateway/kokoro-82m" in command and "kokoro_device=cuda" in command
+    assert command[command.index("--max-n") + 1] == "9"
+    args.listeners = 0
+    assert listeners_command(args, tmp_path, tmp_path / "out") is None
+    args.listeners, args.configs = 9, "embedded:int8:cpu"
+    assert listeners_command(args, tmp_path, tmp_path / "out") is None
