@@ -119,9 +119,10 @@ test-clients: $(STAMP_RUN) $(STAMP_CLIENTS)
 	  --confcutdir=tests/clients tests/clients
 
 # `bench gpu`'s pack for a GPU machine that reaches no package index: wheels (cp312), the model's
-# packages and the voice store, in parts that each fit one call (docs/GPU.md gives the calls)
+# packages and the voice store, in parts that each fit one call (docs/GPU.md gives the calls);
+# `make gpu-pack ORT_GPU=1` adds onnxruntime-gpu in pieces (the embedded engine on CUDA; more calls)
 gpu-pack: $(STAMP_TEST) voices-required
-	$(PY) run_gateway.py bench gpu --pack .gpupack
+	$(PY) run_gateway.py bench gpu --pack .gpupack $(if $(ORT_GPU),--ort-gpu)
 
 # the real pack built and checked against the call limits (downloads ~165 MB of wheels into a
 # cache and compresses them: minutes; left out of `make test`, run before a GPU session)

@@ -226,11 +226,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--kokoro-dir", default=str(cache_dir().parent / "kokoro-82m"))
     parser.add_argument("--out", default="bench-results/gpu.json")
     parser.add_argument("--pack", metavar="DIR", help="only build the carry-able pack (bench/gpu_pack.py)")
+    parser.add_argument("--ort-gpu", action="store_true", help="with --pack: add onnxruntime-gpu (more calls)")
     args = parser.parse_args(argv)
     if args.pack:
         from .gpu_pack import main as pack_main
 
-        return pack_main([args.pack])
+        return pack_main([args.pack, *(["--ort-gpu"] if args.ort_gpu else [])])
     try:
         configs = parse_configs(args.configs or (DRY_CONFIGS if args.dry_run else GPU_CONFIGS), dry_run=args.dry_run)
     except ValueError as exc:

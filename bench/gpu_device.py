@@ -28,6 +28,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -36,7 +37,12 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-DEVICE_CONFIGS = "embedded:int8:cpu,kokoro:fp32:cuda"  # onnxruntime there is the CPU build
+# the torch engine on CUDA; the embedded engine's float graphs too where the pack brought
+# onnxruntime-gpu (``--ort-gpu``; the machine's own onnxruntime is the CPU build). The embedded
+# engine on that machine's CPU (``embedded:int8:cpu``, RTF 1.7 there on 4 December: 3 minutes of
+# a call for 5 repetitions) only when asked for.
+DEVICE_CONFIGS = "kokoro:fp32:cuda"
+ORT_CUDA_CONFIGS = "embedded:fp16:cuda,embedded:fp32:cuda"
 IMPORTS = (
     "gateway.ops.cli",
     "gateway.engines.kokoro",
@@ -119,8 +125,14 @@ def stage(pack: Path, state: Path) -> tuple[set[str], list[str]]:
     done_file = state / "done.json"
     done = set(json.loads(done_file.read_text())) if done_file.exists() else set()
     todo = [e for e in entries if e["part"] in parts and f"{e['name']}:{e['sha256']}" not in done]
-    install(verify(pack, todo), state)
+    paths = verify(pack, todo)
+    pieces = state / "pieces"
+    pieces.mkdir(exist_ok=True)
+    for e, path in zip(todo, paths, strict=True):
+        if e.get("whole"):  # kept until every piece of its file is in (a later call brings the rest)
+            shutil.copyfile(path, pieces / e["name"])
     done |= {f"{e['name']}:{e['sha256']}" for e in todo}
+    install([p for e, p in zip(todo, paths, strict=True) if not e.get("whole")] + joined(entries, done, pieces), state)
     done_file.write_text(json.dumps(sorted(done)), "utf-8")
     missing = sorted({e["part"] for e in entries if f"{e['name']}:{e['sha256']}" not in done})
     print(
@@ -129,6 +141,28 @@ def stage(pack: Path, state: Path) -> tuple[set[str], list[str]]:
         flush=True,
     )
     return done, missing
+
+
+def joined(entries: Sequence[dict[str, Any]], done: set[str], pieces: Path) -> list[Path]:
+    """The files cut into pieces whose pieces are now all in, joined in ``pieces`` and checked
+    against their SHA-256 (exit 2 on a mismatch); their pieces are removed."""
+    out = []
+    for whole in sorted({e["whole"] for e in entries if e.get("whole")}):
+        mine = sorted((e for e in entries if e.get("whole") == whole), key=lambda e: e["name"])
+        target = pieces / whole
+        if target.exists() or not all(f"{e['name']}:{e['sha256']}" in done for e in mine):
+            continue
+        with target.open("wb") as fh:
+            for e in mine:
+                with (pieces / e["name"]).open("rb") as piece:
+                    shutil.copyfileobj(piece, fh)
+        if sha256(target) != mine[0]["whole_sha256"]:
+            target.unlink()
+            raise SystemExit(f"gpu_device: {whole} joined from its pieces does not match its SHA-256 in MANIFEST.json")
+        for e in mine:
+            (pieces / e["name"]).unlink()
+        out.append(target)
+    return out
 
 
 def environment(state: Path) -> dict[str, str]:
@@ -149,11 +183,18 @@ def run_bench(args: argparse.Namespace, state: Path) -> int:
     modules = IMPORTS + (TORCH_IMPORTS if "kokoro:" in args.configs else ())
     probe = (
         f"import importlib, sys; [importlib.import_module(m) for m in {modules!r}]; t = sys.modules.get('torch'); "
-        "print('gpu_device: imports ok;', t and (t.__version__, t.cuda.is_available() and t.cuda.get_device_name()))"
+        "import onnxruntime as o; "
+        "print('gpu_device: imports ok;', t and (t.__version__, t.cuda.is_available() and t.cuda.get_device_name()), "
+        "'onnxruntime', o.__version__, o.get_available_providers())"
     )
-    if subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, check=False).returncode:
+    command = [sys.executable, "-c", probe]
+    found = subprocess.run(command, cwd=ROOT, env=env, check=False, capture_output=True, text=True)
+    print(found.stdout + found.stderr, end="", flush=True)
+    if found.returncode:
         print("gpu_device: an import failed (above): the pack or the machine lacks a package", flush=True)
         return 3
+    if args.configs == DEVICE_CONFIGS and "CUDAExecutionProvider" in found.stdout:
+        args.configs = f"{ORT_CUDA_CONFIGS},{DEVICE_CONFIGS}"
     command = [
         sys.executable,
         "run_gateway.py",

@@ -16,7 +16,8 @@ pack is made here, in an ignored folder of the repository:
 3. the voice store (54 packs, 28 MB) as one ``voices.tar.xz`` (18 MB);
 4. split into parts ``a``, ``b``, ... that each fit one call beside the working tree (first fit,
    largest first), each part holding ``MANIFEST.json``: every file of every part, its part,
-   bytes and SHA-256.
+   bytes and SHA-256. A file larger than one call (onnxruntime-gpu's wheel, with ``--ort-gpu``)
+   is cut into pieces that the device joins and checks once all are in.
 
 ``bench/gpu_device.py`` is the other half: on the GPU machine it checks and installs whatever
 part a call carried and, once all are there, runs ``bench gpu`` on CUDA. docs/GPU.md gives the
@@ -45,6 +46,7 @@ from .gpu_device import sha256
 
 ROOT = Path(__file__).resolve().parent.parent
 PINS = Path(__file__).resolve().parent / "data" / "gpu_pack.txt"
+ORT_PINS = Path(__file__).resolve().parent / "data" / "gpu_pack_ort.txt"  # --ort-gpu: the embedded engine on CUDA
 CALL_LIMIT = 64 * 2**20  # what travels in one call: working tree plus carried paths
 MARGIN = 2 * 2**20  # room for files the tree gains between the build and the calls
 PLATFORMS = (
@@ -72,6 +74,10 @@ class Entry:
     part: str  # a, b, ...
     size: int
     sha256: str
+    # a piece of a file larger than one call's budget (``NAME.000``, ``NAME.001``, ...): the file
+    # it is cut from, and that file's SHA-256, which the device checks once it has joined them
+    whole: str = ""
+    whole_sha256: str = ""
 
 
 def pins(path: Path = PINS) -> list[str]:
@@ -210,16 +216,42 @@ def tree_bytes(root: Path = ROOT) -> int:
     return sum((root / name).stat().st_size for name in listed if name and (root / name).is_file())
 
 
+def cut(f: Path, budget: int) -> list[Path]:
+    """``f`` as pieces ``f.000``, ``f.001``, ... of about equal size, each within ``budget``
+    (``f`` itself removed); ``[f]`` when it fits as it is."""
+    size = f.stat().st_size
+    count = -(-size // budget)
+    if count <= 1:
+        return [f]
+    step = -(-size // count)
+    pieces = []
+    with f.open("rb") as fh:
+        for i in range(count):
+            piece = f.with_name(f"{f.name}.{i:03d}")
+            piece.write_bytes(fh.read(step))
+            pieces.append(piece)
+    f.unlink()
+    return pieces
+
+
 def lay_out(files: Sequence[Path], dest: Path, budget: int) -> list[Entry]:
-    """Move ``files`` into ``dest/<part>/`` and write each part's ``MANIFEST.json``."""
-    where = split({f.name: f.stat().st_size for f in files}, budget)
+    """Move ``files`` into ``dest/<part>/`` (one larger than ``budget`` cut into pieces that the
+    device joins again) and write each part's ``MANIFEST.json``."""
+    wholes = {f.name: ("", "") for f in files}
+    pieces: list[Path] = []
+    for f in files:
+        digest = sha256(f)
+        for piece in cut(f, budget):
+            wholes[piece.name] = (f.name, digest) if piece != f else ("", "")
+            pieces.append(piece)
+    where = split({f.name: f.stat().st_size for f in pieces}, budget)
     for old in dest.glob("[a-z]"):
         shutil.rmtree(old)
     entries = []
-    for f in files:
+    for f in pieces:
         part = dest / where[f.name]
         part.mkdir(exist_ok=True)
-        entries.append(Entry(f.name, where[f.name], f.stat().st_size, sha256(f)))
+        entries.append(Entry(f.name, where[f.name], f.stat().st_size, sha256(f), *wholes[f.name]))
         shutil.move(str(f), part / f.name)
     manifest = json.dumps({"files": [dataclasses.asdict(e) for e in entries]}, indent=1)
     for part in sorted(set(where.values())):
@@ -234,6 +266,7 @@ def build(
     store: Path | None = None,
     budget: int | None = None,
     download_dir: Path | None = None,
+    ort_gpu: bool = False,
 ) -> list[Entry]:
     from gateway.kokoro import voicestore
 
@@ -245,7 +278,8 @@ def build(
     if found := voicestore.problems(store):
         raise SystemExit(f"voice store {store}: {found[0]} ({voicestore.INSTALL_HINT})")
     budget = budget or CALL_LIMIT - tree_bytes() - MARGIN
-    wheels = download(pins(), download_dir or dest / ".download", python_version)
+    wanted = pins() + (pins(ORT_PINS) if ort_gpu else [])
+    wheels = download(wanted, download_dir or dest / ".download", python_version)
     staging = dest / ".staging"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -279,9 +313,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("dest", help="the pack folder, inside the repository and ignored by git")
     parser.add_argument("--python-version", default="3.12", help="the GPU machine's Python")
+    parser.add_argument(
+        "--ort-gpu",
+        action="store_true",
+        help="add onnxruntime-gpu (bench/data/gpu_pack_ort.txt; about 190 MiB more, cut into pieces: "
+        "more calls) so that the embedded engine's float graphs run on CUDA there",
+    )
     args = parser.parse_args(argv)
     dest = Path(args.dest)
-    entries = build(dest, python_version=args.python_version)
+    entries = build(dest, python_version=args.python_version, ort_gpu=args.ort_gpu)
     print(report(entries, dest))
     return 0
 

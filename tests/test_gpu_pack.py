@@ -137,6 +137,52 @@ def test_the_device_script_refuses_a_damaged_file(tmp_path: Path) -> None:
     assert not (tmp_path / "state" / "site").exists()
 
 
+def test_a_file_larger_than_a_call_goes_in_pieces_that_the_device_joins(tmp_path: Path) -> None:
+    made = tmp_path / "made"
+    made.mkdir()
+    big = make_wheel(made, "kgwbig", {"kgwbig/__init__.py": b"N = 7\n", "kgwbig/blob.bin": bytes(range(256)) * 40})
+    small = make_wheel(made, "kgwsmall", {"kgwsmall/__init__.py": b"M = 1\n"})
+    whole = big.read_bytes()
+    pack = tmp_path / "pack"
+    pack.mkdir()
+    entries = lay_out([big, small], pack, budget=4000)
+    pieces = [e for e in entries if e.whole == big.name]
+    assert len(pieces) == 3 and all(e.size <= 4000 for e in entries)
+    assert b"".join((pack / e.part / e.name).read_bytes() for e in sorted(pieces, key=lambda e: e.name)) == whole
+    state = tmp_path / "state"
+    carry = tmp_path / "carry"
+    parts = sorted({e.part for e in entries})
+    last_piece = max(e.part for e in pieces)
+    for part in parts:  # one part a call, as on the machine
+        shutil.rmtree(carry, ignore_errors=True)
+        shutil.copytree(pack / part, carry / part)
+        done = device(carry, state)
+        assert done.returncode == 0, done.stderr
+        assert (state / "site" / "kgwbig").exists() == (part >= last_piece)  # installed once its last piece is in
+    assert "missing parts: none" in done.stdout
+    assert (state / "site" / "kgwbig" / "__init__.py").read_text() == "N = 7\n"
+    assert not list((state / "pieces").glob("*.00?"))  # the pieces are dropped once joined
+
+
+def test_the_device_refuses_pieces_that_join_to_the_wrong_file(tmp_path: Path) -> None:
+    made = tmp_path / "made"
+    made.mkdir()
+    big = make_wheel(made, "kgwbig", {"kgwbig/blob.bin": bytes(range(256)) * 40})
+    pack = tmp_path / "pack"
+    pack.mkdir()
+    lay_out([big], pack, budget=4000)
+    manifest_paths = list(pack.glob("*/MANIFEST.json"))
+    for path in manifest_paths:  # the pieces are intact, the file they make is not the one named
+        manifest = json.loads(path.read_text())
+        for e in manifest["files"]:
+            e["whole_sha256"] = "0" * 64
+        path.write_text(json.dumps(manifest))
+    done = device(pack, tmp_path / "state")
+    assert done.returncode != 0
+    assert "joined from its pieces does not match its SHA-256" in done.stderr
+    assert not (tmp_path / "state" / "site").exists()
+
+
 @pytest.mark.slow
 @pytest.mark.pack
 def test_the_real_pack_fits_two_calls(tmp_path: Path) -> None:
