@@ -86,6 +86,7 @@ async def _g2p_s(engine: EmbeddedEngine, texts: list[str], voice: str) -> float:
 def bare(engine: EmbeddedEngine, phonemes: list[str], voice: str) -> list[BareCall]:
     """The whole model on each of ``phonemes`` (G2P done beforehand), every call timed."""
     model, out = engine.model, []
+    model.whole()  # the engine dropped it once its vocoder was built: made again for this row
     for ph in phonemes:
         t0 = time.perf_counter()
         r = model.infer(ph, voice, 1.0)

@@ -82,9 +82,10 @@ class Run:
 def instrument(engine: EmbeddedEngine, log: list[Call]) -> None:
     """Wrap every session the engine's paths call (once)."""
     model = engine.model
-    if not isinstance(model.session, Timed):
-        model.session = Timed(model.session, "whole", log)
-    model.session.log = log  # a later measure() records into its own log
+    if model.session is not None:  # dropped once the vocoder is built (unless a bench made it again)
+        if not isinstance(model.session, Timed):
+            model.session = Timed(model.session, "whole", log)
+        model.session.log = log  # a later measure() records into its own log
     vocoder = engine.vocoder
     for attr, kind in (("_encoder", "encoder"), ("_exact", "exact"), ("_frozen", "frozen")):
         if not isinstance(getattr(vocoder, attr), Timed):

@@ -111,3 +111,30 @@ async def test_the_engine_speaks_the_same_after_handing_memory_back_when_idle() 
             while engine.work["memory_releases"] == 0:
                 await asyncio.sleep(0.05)
         assert await speak() == first and len(first) > 24000
+
+
+@pytest.mark.asyncio
+async def test_the_engine_lets_the_whole_model_go_once_its_vocoder_is_built() -> None:
+    """Its encoder and exact vocoder are the whole model, sample for sample, so the whole-model
+    session (56 MB of its own) is dropped when the vocoder is ready, and every piece after that
+    is rendered by the vocoder: the same audio and durations as the whole model's."""
+    from gateway.config import Settings
+
+    from .conftest import embedded_engine
+
+    async with embedded_engine(Settings()) as engine:
+        voice = engine.default_voice
+        assert await engine.wait_vocoder(voice)
+        model = engine.model
+        assert model.session is None
+        phonemes = model.phonemes("Sure, I can help with that.", voice)
+        rendered = model.infer(phonemes, voice, 1.0, engine.vocoder)
+        spoken = b"".join([c async for c in engine.synthesize("Hello there.", voice=voice, speed=1.0)])
+        assert len(spoken) > 24000
+        model.whole()  # made again, as the benchmarks that time the whole model do
+        whole = model.infer(phonemes, voice, 1.0)
+        assert rendered.audio.size > 24000 and np.array_equal(rendered.audio, whole.audio)
+        assert np.array_equal(rendered.durations, whole.durations)
+    with pytest.raises(RuntimeError, match="dropped"):
+        model.drop_whole()
+        model.infer(phonemes, voice, 1.0)

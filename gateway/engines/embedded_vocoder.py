@@ -139,3 +139,7 @@ class VocoderHost:
         self.build_s = round(time.perf_counter() - t0, 2)
         if self._model is model:  # not closed meanwhile
             self.vocoder, self.state = vocoder, "ready"
+            # its encoder and exact vocoder are the whole model, sample for sample: that
+            # session's own weights (56 MB) go, and the engine's calls pass this vocoder
+            model.drop_whole()
+            release_freed_memory()

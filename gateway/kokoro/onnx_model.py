@@ -120,14 +120,37 @@ class KokoroModel:
         from .floatgraph.runtime import make_session
 
         # int8 as shipped, or a graph made from it (gateway.kokoro.floatgraph), on CPU or CUDA
-        self.precision, self.provider = precision, provider
+        self.precision, self.provider, self._threads = precision, provider, threads
         model, self.sha256 = graph_bytes(precision, load_model_bytes, shipped_sha256(), calibration=self.calibration)
         proto = onnx.load_from_string(model)
         del model
         # the vocoder's sessions (``embedded_vocoder``) share these weights with this one (CPU)
         self.weights = SharedWeights(proto) if provider == "cpu" else None
-        self.session = make_session(with_durations(proto), threads, provider, self.weights)
+        # the whole model until the streaming vocoder is built; then its sessions, cut from the
+        # same graph, give the same samples and this one is let go (``drop_whole``)
+        self.session: Any = make_session(with_durations(proto), threads, provider, self.weights)
         del proto  # only the sessions and the shared weights stay
+
+    def whole(self) -> Any:
+        """The whole-model session, made again if it was dropped (for benchmarks that time the
+        whole model itself; the engine never needs it once its vocoder is built)."""
+        if self.session is None:
+            import onnx
+
+            from .floatgraph import graph_bytes
+            from .floatgraph.runtime import make_session
+
+            model, _ = graph_bytes(self.precision, load_model_bytes, shipped_sha256(), calibration=self.calibration)
+            proto = with_durations(onnx.load_from_string(model))
+            self.session = make_session(proto, self._threads, self.provider, self.weights)
+        return self.session
+
+    def drop_whole(self) -> None:
+        """Let the whole-model session go: ``vocoder`` renders every piece from now on (its
+        encoder and exact vocoder are the whole model, sample for sample), and the session's
+        own re-packed weights and graph (about 56 MB on int8) are freed. A call running on it
+        keeps it until it returns."""
+        self.session = None
 
     def phonemes(self, text: str, voice: str) -> str:
         return phonemize(self.phonemize, self.vocab, text, voice)
@@ -148,14 +171,18 @@ class KokoroModel:
 
         With ``vocoder`` (a built ``StreamingVocoder``), a piece long enough that one call's
         activations could pass its ``policy.max_window`` is rendered by it instead: the same
-        encoder and exact vocoder, in windows of bounded memory (``vocoder.chunked.render``)."""
+        encoder and exact vocoder, in windows of bounded memory (``vocoder.chunked.render``);
+        once the whole-model session is dropped (``drop_whole``), every piece is."""
         ids = [self.vocab[c] for c in phonemes]
         if not ids:
             return Rendered(np.zeros(0, np.float32), np.zeros(0, np.int64), 0)
         style = self.style(voice)[len(ids) - 1].reshape(1, 256)
-        if vocoder is not None and vocoder.policy.bounds(len(ids), speed):
+        session = self.session
+        if vocoder is not None and (session is None or vocoder.policy.bounds(len(ids), speed)):
             return Rendered.trimmed(*vocoder.render(ids, style, speed))
-        audio, durations = self.session.run(
+        if session is None:
+            raise RuntimeError("the whole-model session was dropped, and no streaming vocoder was given")
+        audio, durations = session.run(
             ["audio", DURATIONS],
             {
                 "tokens": np.array([[0, *ids, 0]], dtype=np.int64),
