@@ -103,6 +103,12 @@ def _options(threads: int) -> Any:
     # here and holds more: the same 200-frame vocoder window peaked at 460 MB the second time
     # instead of 180, and a reply's mix of shapes left the arena 25% larger (docs/BENCHMARKS.md)
     opts.enable_mem_pattern = False
+    # no spinning after a run: each session has its own intra-op pool, and a pool that spins
+    # after its run takes a core from the next session's (encoder, then exact vocoder, then
+    # frozen: 2 cores, 4 pools). Measured in-process, quiet: the encoder's run 20 ms instead of
+    # 31-33 on a 7-token piece, encoder + exact vocoder within 2% of the whole model instead of
+    # 5-8% over it; the whole model alone no slower (docs/BENCHMARKS.md, memory)
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return opts
 
 
