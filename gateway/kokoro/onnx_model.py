@@ -114,35 +114,37 @@ class KokoroModel:
         self.load_s = time.perf_counter() - t0  # wall time: the two above overlap
 
     def _load_session(self, precision: str, provider: str, threads: int) -> None:
-        import onnx
-
-        from .floatgraph import graph_bytes
-        from .floatgraph.runtime import make_session
-
         # int8 as shipped, or a graph made from it (gateway.kokoro.floatgraph), on CPU or CUDA
         self.precision, self.provider, self._threads = precision, provider, threads
-        model, self.sha256 = graph_bytes(precision, load_model_bytes, shipped_sha256(), calibration=self.calibration)
-        proto = onnx.load_from_string(model)
-        del model
+        proto = self._graph()
         # the vocoder's sessions (``embedded_vocoder``) share these weights with this one (CPU)
         self.weights = SharedWeights(proto) if provider == "cpu" else None
         # the whole model until the streaming vocoder is built; then its sessions, cut from the
         # same graph, give the same samples and this one is let go (``drop_whole``)
-        self.session: Any = make_session(with_durations(proto), threads, provider, self.weights)
+        self.session: Any = self._whole_session(proto)
         del proto  # only the sessions and the shared weights stay
+
+    def _graph(self) -> Any:
+        """The graph this model runs, parsed (``self.sha256`` set to its bytes' hash)."""
+        import onnx
+
+        from .floatgraph import graph_bytes
+
+        model, self.sha256 = graph_bytes(
+            self.precision, load_model_bytes, shipped_sha256(), calibration=self.calibration
+        )
+        return onnx.load_from_string(model)
+
+    def _whole_session(self, proto: Any) -> Any:
+        from .floatgraph.runtime import make_session
+
+        return make_session(with_durations(proto), self._threads, self.provider, self.weights)
 
     def whole(self) -> Any:
         """The whole-model session, made again if it was dropped (for benchmarks that time the
         whole model itself; the engine never needs it once its vocoder is built)."""
         if self.session is None:
-            import onnx
-
-            from .floatgraph import graph_bytes
-            from .floatgraph.runtime import make_session
-
-            model, _ = graph_bytes(self.precision, load_model_bytes, shipped_sha256(), calibration=self.calibration)
-            proto = with_durations(onnx.load_from_string(model))
-            self.session = make_session(proto, self._threads, self.provider, self.weights)
+            self.session = self._whole_session(self._graph())
         return self.session
 
     def drop_whole(self) -> None:
