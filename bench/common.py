@@ -395,7 +395,7 @@ def timeline(result: Any, *, bitrate: int, first_clause_words: int, max_chars: i
     ``sentence`` event to its last audio payload (the encoder's lag moves a few ms of each
     segment into the next one's first payload).
     """
-    from gateway.core.segmenter import Segmenter
+    from gateway.text.segmenter import Segmenter
 
     events = [(k, f) for _, k, f in result.events]
     tokens = [(float(f["t_ms"]), str(f["delta"])) for k, f in events if k == "text"]

@@ -37,7 +37,7 @@ import aiohttp
 import numpy as np
 
 from gateway.config import Settings
-from gateway.core.segmenter import Segmenter
+from gateway.text.segmenter import Segmenter
 from gateway.engines.embedded import EmbeddedEngine
 
 from . import engine_profile

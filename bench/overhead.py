@@ -28,7 +28,7 @@ from typing import Any
 
 import aiohttp
 
-from gateway.core.segmenter import split_text
+from gateway.text.segmenter import split_text
 from gateway.engines import create_engine
 from gateway.engines.base import Engine
 from gateway.kokoro.timestamps import WordTimes

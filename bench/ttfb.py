@@ -32,7 +32,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from gateway.core.segmenter import split_text
+from gateway.text.segmenter import split_text
 from gateway.engines.fake import GAP_S, WORD_S
 
 from .common import (

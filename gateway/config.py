@@ -54,6 +54,15 @@ class Settings:
     frames_per_payload: int = 8  # MP3 frames grouped per payload after the first one
     first_clause_words: int = 2  # fast path: cut the first sentence at a clause mark after N words (0 = off)
     max_segment_chars: int = 300  # longer sentences are split at clause boundaries
+    # the text front-end (docs/TEXT.md): each a request option too (text_frontend, markdown,
+    # emoji, normalize, markup, code_blocks, pronunciations)
+    text_frontend: bool = True  # off: speak the text as given
+    text_markdown: bool = True  # markdown removed (links to their text, code blocks per text_code_blocks)
+    text_emoji: str = "drop"  # drop | name | keep
+    text_normalize: bool = True  # numbers, dates, times, URLs, units, abbreviations as said (English voices)
+    text_markup: bool = True  # [pause:0.5s], the SSML subset, misaki's [word](/phonemes/)
+    text_code_blocks: str = "notice"  # fenced code: notice ("Code omitted.") | read | skip
+    pronunciations_file: str = ""  # a lexicon: JSON or TOML, word -> /phonemes/ or respelling
     synth_timeout_s: float = 30.0  # per segment
     # the producer waits while the listener holds more than this much audio (s) beyond what
     # the next segments are forecast to take at the engine's live rate (0 = never waits)

@@ -61,9 +61,10 @@ MAY_IMPORT: dict[str, set[str]] = {
     "kokoro": {"base"},
     "agent": {"base"},
     "engines": {"base", "kokoro"},
-    "core": {"base", "audio", "kokoro", "agent", "engines"},
-    "web": {"base", "audio", "kokoro", "agent", "engines", "core"},
-    "ops": {"base", "audio", "kokoro", "agent", "engines", "core", "web"},
+    "text": {"base"},
+    "core": {"base", "audio", "kokoro", "agent", "engines", "text"},
+    "web": {"base", "audio", "kokoro", "agent", "engines", "core", "text"},
+    "ops": {"base", "audio", "kokoro", "agent", "engines", "core", "web", "text"},
 }
 # Of the engines layer, the other layers see only the contract and the import-string loader; a
 # concrete engine is reached by ``create_engine`` (ops alone may name one, as a tool).

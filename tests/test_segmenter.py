@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.core.segmenter import Segmenter, split_text
+from gateway.text.segmenter import Segmenter, split_text
 
 CASES: list[tuple[str, list[str]]] = [
     # plain sentences

@@ -14,7 +14,7 @@ from gateway.agent import pick_reply
 from gateway.audio.decode import decode_mp3
 from gateway.audio.mp3 import is_whole_frames, parse_header
 from gateway.config import Settings
-from gateway.core.segmenter import split_text
+from gateway.text.segmenter import split_text
 from gateway.engines.fake import fake_duration_s
 from gateway.web.state import GATEWAY
 

@@ -11,6 +11,7 @@ its own error shape; engines take what passes as given.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from ..config import Settings
 from ..engines.base import Capabilities, Engine
 from ..errors import BadRequest, PayloadTooLarge, quoted
 from ..kokoro import voicecatalog
+from ..text.frontend import TextOptions, parse_text_options
+from ..text.lexicon import load_lexicon
 
 FORMATS = ("mp3", "pcm", "wav", "opus", "ulaw", "alaw")
 G711_RATE = 8000  # ulaw and alaw unless asked otherwise: the telephone's rate
@@ -48,6 +51,8 @@ class StreamOptions:
     # container sends it per segment): the schedule counts it as played ahead
     buffered_s: float = 0.0
     sample_rate: int = 0  # the rate sent (resampled from the engine's); 0: the engine's own
+    # the text front-end's switches: markdown, emoji, normalize, markup, code_blocks, pronunciations
+    frontend: TextOptions = TextOptions()
 
     @property
     def chunking(self) -> str:
@@ -169,7 +174,30 @@ def parse_options(raw: Mapping[str, Any], settings: Settings, engine: Engine) ->
         cache=parse_bool(raw.get("cache", True), "cache"),
         buffered_s=_buffered(raw),
         sample_rate=sample_rate,
+        frontend=parse_text_options(raw, text_defaults(settings)),
     )
+
+
+def text_defaults(settings: Settings) -> TextOptions:
+    """The deployment's front-end defaults (settings ``text_*`` and ``pronunciations_file``)."""
+    return _text_defaults(
+        settings.text_frontend,
+        settings.text_markdown,
+        settings.text_emoji,
+        settings.text_normalize,
+        settings.text_markup,
+        settings.text_code_blocks,
+        settings.pronunciations_file,
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _text_defaults(
+    enabled: bool, markdown: bool, emoji: str, normalize: bool, markup: bool, code: str, lexicon_file: str
+) -> TextOptions:
+    entries = load_lexicon(lexicon_file) if lexicon_file else {}
+    base = TextOptions(enabled, markdown, emoji, normalize, markup, code, entries)
+    return parse_text_options({}, base)  # checks the settings' own values
 
 
 def check_sample_rate(raw: Mapping[str, Any], fmt: str, engine_rate: int) -> int:

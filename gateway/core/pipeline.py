@@ -40,7 +40,10 @@ from ..audio.payloads import Packetizer, stream_seconds
 from ..audio.resample import reply_encoder
 from ..config import Settings
 from ..errors import NothingToSpeak
+from ..kokoro import voicecatalog
 from ..kokoro.timestamps import WordTimes
+from ..text.align import display_words
+from ..text.frontend import Segment, TextFrontEnd
 from .budget import ShareKey, Verdict
 from .events import Event, SegmentQueue, error_event
 from .heard import Transcript
@@ -48,7 +51,6 @@ from .listener import Listener
 from .lookahead import wait_ahead
 from .membership import BudgetMember
 from .options import StreamOptions
-from .segmenter import Segmenter
 from .synthesis import SynthesisHub
 
 
@@ -69,8 +71,11 @@ class Pipeline(BudgetMember):
         s, o = settings, options
         self.hub, self.settings, self.options, self.out = hub, settings, options, out
         self.sample_rate = hub.engine.sample_rate
-        self.segmenter = Segmenter(
-            first_clause_words=s.first_clause_words if o.first_clause else 0, max_chars=s.max_segment_chars
+        self.frontend = TextFrontEnd(
+            o.frontend,
+            lang=voicecatalog.language_of(o.voice),
+            first_clause_words=s.first_clause_words if o.first_clause else 0,
+            max_chars=s.max_segment_chars,
         )
         rate, budget = hub.engine_rate, hub.budget if live else None
         self.listener = Listener(
@@ -81,8 +86,9 @@ class Pipeline(BudgetMember):
         self.current: str | None = None  # the segment being synthesized
         self.planned: list[float] = []  # audio (s) per segment the budget admitted it for
         self.planned_key: ShareKey | None = None  # the share key of the text it was admitted with
-        self.texts: asyncio.Queue[str | None] = asyncio.Queue()
-        self.pending: collections.deque[str] = collections.deque()  # in `texts`, for the forecast
+        self.texts: asyncio.Queue[Segment | None] = asyncio.Queue()
+        self.pending: collections.deque[str] = collections.deque()  # spoken forms in `texts`, for the forecast
+        self.segments: dict[int, Segment] = {}  # by index, for its words
         self.ready: asyncio.Queue[SegmentQueue | None] = asyncio.Queue(maxsize=max(1, s.lookahead))
         # the engine's rate in, the client's out (resampled); the timeline stays at the engine's
         self.encoder = (
@@ -116,14 +122,15 @@ class Pipeline(BudgetMember):
     # -- input: the segmenter -------------------------------------------------------------
     def feed(self, text: str) -> None:
         self.mark_input()
-        self._add(self.segmenter.feed(text))
+        self._add(self.frontend.feed(text))
 
     def flush(self) -> None:
         self.mark_input()
-        self._add(self.segmenter.flush())
+        self._add(self.frontend.flush())
 
     def end(self) -> None:
-        self.flush()
+        self.mark_input()
+        self._add(self.frontend.end())
         self.ended = True
         self.texts.put_nowait(None)
 
@@ -131,11 +138,11 @@ class Pipeline(BudgetMember):
         if self.t_input is None:
             self.t_input = self.hub.clock()
 
-    def _add(self, pieces: list[str]) -> None:
+    def _add(self, pieces: list[Segment]) -> None:
         for piece in pieces:
             if self.first_segment_ms is None:
                 self.first_segment_ms = self.elapsed_ms()
-            self.pending.append(piece)
+            self.pending.append(piece.spoken)
             self.texts.put_nowait(piece)
             self.cut += 1
 
@@ -160,7 +167,7 @@ class Pipeline(BudgetMember):
                 await self.ready.put(segment)  # waits while `lookahead` segments are queued
                 await wait_ahead(self.listener, self.pending)
                 self.pending.popleft()
-                self.current, self.listener.segment_samples = text, 0
+                self.current, self.listener.segment_samples = text.spoken, 0
                 await self._synthesize(segment, index, text)
                 self.current, segment, index = None, None, index + 1
             self.hub.budget.remove(self)  # nothing more for the engine
@@ -174,16 +181,21 @@ class Pipeline(BudgetMember):
                 await self.ready.put(segment)
             segment.put_nowait(exc)
 
-    async def _synthesize(self, segment: SegmentQueue, index: int, text: str) -> None:
-        o, listener = self.options, self.listener
+    async def _synthesize(self, segment: SegmentQueue, index: int, piece: Segment) -> None:
+        o, listener, text = self.options, self.listener, piece.spoken
+        self.segments[index] = piece
         mode = listener.mode_for(text, self._forecast_texts(None))
         preroll = listener.preroll_ms(self._forecast_texts(text), mode, complete=index == 0 and self.ended)
-        fields = {"index": index, "text": text, "t_ms": self.elapsed_ms(), "preroll_ms": preroll}
+        fields = {"index": index, **piece.fields(), "t_ms": self.elapsed_ms(), "preroll_ms": preroll}
         segment.put_nowait(Event("sentence", fields, start_at=listener.offer))
+        silence = self._silence(segment, piece.pause_s)
+        if not text:  # a pause and nothing to say after it
+            segment.put_nowait(None)
+            return
         synth = self.hub.synthesize(
             text,
             voice=o.voice,
-            speed=o.speed,
+            speed=min(2.0, max(0.5, o.speed * piece.rate)),
             mode=mode,
             requested_mode=listener.requested or "",
             buffered_s=self._playable_s(),
@@ -197,15 +209,24 @@ class Pipeline(BudgetMember):
                 if isinstance(pcm, bytes):
                     listener.made(len(pcm) // 2)
                     made += len(pcm)
+                elif silence:
+                    pcm = pcm.shifted(silence)  # the words come after the pause
                 segment.put_nowait(pcm)
         if not made and self.hub.metrics is not None:  # letters the voice cannot read: skipped
             self.hub.metrics.skipped.inc()
         segment.put_nowait(None)
 
+    def _silence(self, segment: SegmentQueue, seconds: float) -> int:
+        """Exact silence before a segment's speech (a pause in the text); its length in samples."""
+        if samples := round(seconds * self.sample_rate):
+            self.listener.made(samples)
+            segment.put_nowait(bytes(2 * samples))
+        return samples
+
     def _forecast_texts(self, current: str | None) -> list[str]:
         texts = [current] if current else []
         texts += list(self.pending)
-        if not self.ended and (rest := self.segmenter.pending):
+        if not self.ended and (rest := self.frontend.pending):
             texts.append(rest)
         return texts
 
@@ -265,6 +286,8 @@ class Pipeline(BudgetMember):
 
     def _words(self, times: WordTimes, index: int, base: int) -> Event:
         words = times.to_ms(base + self.lead_in, self.sample_rate)
+        if (piece := self.segments.get(index)) is not None:
+            words = display_words(words, piece)  # the client's words, not the spoken form
         self.transcript.words(index, words)
         return Event("words", {"sentence": index, "words": words})
 

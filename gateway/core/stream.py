@@ -23,13 +23,14 @@ from ..agent import Agent, AgentError
 from ..config import Settings
 from ..engines.base import Engine
 from ..errors import BadRequest, Overloaded
+from ..kokoro import voicecatalog
 from ..metrics import Metrics
+from ..text.frontend import TextFrontEnd
 from .budget import ADMIT, Verdict, planned, share_key
 from .conversation import AGENT_CODES, Conversation, Turn
 from .events import OUT_EVENTS, Event
 from .options import StreamOptions
 from .pipeline import Pipeline
-from .segmenter import split_text
 from .synthesis import SynthesisHub
 
 __all__ = ["Event", "StreamSession"]
@@ -68,14 +69,18 @@ class StreamSession:
         return Pipeline(self.hub, self.settings, self.options, self.out, requested=self.requested_vocoder())
 
     def _texts(self) -> list[str]:
+        """The spoken forms of ``options.text``'s segments (bad markup raises ``invalid_markup``
+        here, before any response starts)."""
         o, s = self.options, self.settings
-        return (
-            split_text(
-                o.text, first_clause_words=s.first_clause_words if o.first_clause else 0, max_chars=s.max_segment_chars
-            )
-            if o.text.strip()
-            else []
+        if not o.text.strip():
+            return []
+        frontend = TextFrontEnd(
+            o.frontend,
+            lang=voicecatalog.language_of(o.voice),
+            first_clause_words=s.first_clause_words if o.first_clause else 0,
+            max_chars=s.max_segment_chars,
         )
+        return [seg.spoken for seg in frontend.feed(o.text) + frontend.end() if seg.spoken]
 
     def admit(self) -> None:
         """The engine's real-time budget on this session (``budget.py``): admitted now, queued

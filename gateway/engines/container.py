@@ -304,6 +304,7 @@ class ContainerEngine(EngineBase):
                 "voice": voice,
                 "speed": speed,
                 "first_clause": False,
+                "text_frontend": False,  # the text is this gateway's spoken form already
                 "buffered_s": round(max(0.0, buffered_s), 3),
                 **({"vocoder": vocoder} if vocoder else {}),
                 **({} if self.options.cache else {"cache": False}),

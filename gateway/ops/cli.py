@@ -129,9 +129,9 @@ def settings_from(args: argparse.Namespace) -> Settings:
 async def synth(settings: Settings, args: argparse.Namespace) -> None:
     from ..core import batch
     from ..core.options import parse_options
-    from ..core.speakable import speakable
     from ..core.synthesis import SynthesisHub
     from ..engines import create_engine
+    from ..text.speakable import speakable
 
     if not speakable(args.text):
         raise SystemExit("nothing to speak: the text has no letter or digit")

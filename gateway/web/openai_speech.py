@@ -34,10 +34,10 @@ from ..audio.resample import at_rate
 from ..config import Settings
 from ..core import batch
 from ..core.options import StreamOptions, check_bitrate, check_sample_rate, parse_bool, parse_options
-from ..core.speakable import speakable
 from ..engines.base import Engine
 from ..errors import BadRequest, quoted
 from ..kokoro.voicecatalog import OPENAI_VOICES
+from ..text.speakable import speakable
 from .jsonbody import decode_object
 from .openai_stream import stream_audio, stream_sse, usage
 from .state import GATEWAY, Gateway

@@ -264,6 +264,8 @@ class WsChannel(Channel):
         except PayloadTooLarge as exc:
             raise Fatal(WSCloseCode.MESSAGE_TOO_BIG, exc.code, exc.message) from None
         except BadRequest as exc:
+            if exc.code == "invalid_markup":  # the reply's text is broken: nothing after it can be read right
+                raise Fatal(WSCloseCode.POLICY_VIOLATION, exc.code, exc.message) from None
             if self.session is None and exc.code not in ("invalid_json", "unknown_type", "invalid_message"):
                 raise Fatal(WSCloseCode.POLICY_VIOLATION, exc.code, exc.message) from None
             await self.send_error(exc)

@@ -79,9 +79,14 @@ _KEEP, _CUT, _LOOK = range(3)
 class Segmenter:
     """Cuts streamed text into speakable pieces as soon as each is certainly complete."""
 
-    def __init__(self, *, first_clause_words: int = 0, max_chars: int = 300) -> None:
+    def __init__(
+        self, *, first_clause_words: int = 0, max_chars: int = 300, speakable: re.Pattern[str] = SPEAKABLE
+    ) -> None:
+        """``speakable``: what makes a piece worth saying (the text front-end adds its spoken
+        notices to letters and digits)."""
         if first_clause_words < 0 or max_chars < 1:
             raise ValueError("first_clause_words must be >= 0 (0: no fast path), max_chars >= 1")
+        self._speakable = speakable
         self._first_words = first_clause_words
         self._max = max_chars
         self._emitted = False  # a piece of this reply went out: the fast path is over
@@ -219,7 +224,7 @@ class Segmenter:
         return mark in "-–" and self._at(j - 1).isspace()
 
     def _words(self, k: int) -> int:
-        return sum(1 for w in self._buf[self._start : k].split() if SPEAKABLE.search(w))
+        return sum(1 for w in self._buf[self._start : k].split() if self._speakable.search(w))
 
     def _at(self, j: int) -> str:
         """The character at ``j``; the start of the piece reads as a space."""
@@ -235,7 +240,7 @@ class Segmenter:
 
     def _emit(self, text: str, out: list[str]) -> bool:
         piece = text.strip()
-        if not SPEAKABLE.search(piece):
+        if not self._speakable.search(piece):
             return False
         out.append(piece)
         self._emitted = True
@@ -253,7 +258,7 @@ class Segmenter:
     def _split(self, k: int, out: list[str]) -> None:
         """The piece is longer than max_chars: cut its head off at the best place."""
         buf, lo = self._buf, self._content
-        q = self._start = _split_point(buf, lo, lo + self._max)
+        q = self._start = _split_point(buf, lo, lo + self._max, self._speakable)
         self._emit(buf[lo:q], out)  # a head of symbols only is dropped
         self._line_start = False
         while buf[q].isspace():
@@ -279,9 +284,9 @@ class Segmenter:
         self._cut_at = max(self._cut_at - cut, 0)
 
 
-def _split_point(buf: str, lo: int, hi: int) -> int:
+def _split_point(buf: str, lo: int, hi: int, speakable: re.Pattern[str] = SPEAKABLE) -> int:
     """Where to end a piece ``buf[lo:q]`` (``lo < q <= hi``) that must not reach past ``hi``."""
-    first = SPEAKABLE.search(buf, lo, hi)
+    first = speakable.search(buf, lo, hi)
     if first is None:
         return hi
     floor = first.start() + 1  # the head must hold something speakable
