@@ -78,14 +78,13 @@ _FIXED = {
     "mins.": "minutes",
     "tel.": "telephone",
     "ext.": "extension",
-    "min.": "minimum",
-    "max.": "maximum",
     "avg.": "average",
     "misc.": "miscellaneous",
     "temp.": "temperature",
     "qty.": "quantity",
 }
 _MONTHS = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
+_MONTH_ABBREVIATIONS = frozenset("jan feb mar apr jun jul aug sep sept oct nov dec".split())
 _MONTH_NAMES = "January February March April May June July August September October November December".split()
 _DAYS = {
     "mon.": "Monday",
@@ -126,8 +125,8 @@ def _contextual(low: str, text: str, start: int, end: int) -> str | None:
     if low in ("sec.", "min.", "mins.", "secs."):
         if _NUMBER_BEFORE.search(before):
             return "seconds" if low.startswith("sec") else "minutes"
-        return {"sec.": "section", "min.": "minimum"}.get(low)
-    if low[:3] in _MONTHS and low.endswith(".") and len(low) <= 6:
+        return {"sec.": "section"}.get(low)
+    if low.rstrip(".") in _MONTH_ABBREVIATIONS and low.endswith("."):
         if low in ("mar.", "may.") and not _NUMBER_AFTER.match(after):
             return None  # "may." is a word
         return _MONTH_NAMES[_MONTHS.index(low[:3])]

@@ -56,7 +56,7 @@ _RULES: list[tuple[str, str]] = [
     ("email", r"\b[\w.+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+\b"),
     (
         "phone",
-        r"(?<![\w.])(?:\+\d{1,3}[\s.-]?)?(?:\(\d{3}\)\s?|\d{3}[\s.-])\d{3}[\s.-]\d{4}(?![\w])"
+        r"(?<![\w.])(?:\+\d{1,3}[\s.-]?|1[\s.-])?(?:\(\d{3}\)\s?|\d{3}[\s.-])\d{3}[\s.-]\d{4}(?![\w])"
         r"|(?<![\w.])\+\d{1,3}(?:[\s.-]\d{1,4}){2,4}(?![\w])|(?<![\w.,-])\d{3}-\d{4}(?![\w-])",
     ),
     ("iso_date", r"\b(\d{4})-(\d{2})-(\d{2})\b"),
@@ -70,7 +70,7 @@ _RULES: list[tuple[str, str]] = [
         rf"(-)?({_CUR_SYM})\s?({_NUM})(?:\s?({_SCALE_RE})\b)?(?:\s?[-–]\s?(?:{_CUR_SYM})?({_NUM}))?"
         rf"|\b({_NUM})\s?({_SCALE_RE}\s)?({_CUR_CODE})\b|(\d+)¢",
     ),
-    ("range", rf"(?<![\w.,/-])({_NUM})\s?[-–—]\s?({_NUM})(?![\w.,/-]|[.,]\d)(?:\s?({_UNIT_RE})(?![A-Za-z]))?"),
+    ("range", rf"(?<![\w.,/-])({_NUM})\s?[-–—]\s?({_NUM})(?![\w/-]|[.,]\d)(?:\s?({_UNIT_RE})(?![A-Za-z]))?"),
     ("mixed_fraction", r"(?<![\w./])(\d+)\s(\d{1,2})/(\d{1,3})(?![\w/])"),
     ("fraction", r"(?<![\w./])(\d+)/(\d+)(?![\w/])|([½⅓⅔¼¾⅕⅛⅜])"),
     ("ordinal", r"\b(\d+)(st|nd|rd|th)\b"),
@@ -81,9 +81,9 @@ _RULES: list[tuple[str, str]] = [
     ("decade", r"(?<![\w'’])['’]?(\d{2}|\d{4})s\b"),
     ("abbr", r"(?<![\w.])(?:[A-Za-z]{1,6}\.(?:[A-Za-z]\.)?|approx|vs|etc|w/o|w/)(?![\w])"),
     ("number", rf"(?<![\w.])(-)?({_NUM})(?![\w])"),
-    ("slash", r"\b([A-Za-z]{2,12})/([A-Za-z]{2,12})\b"),
+    ("slash", r"\b([A-Za-z]{1,12})/([A-Za-z]{1,12})\b"),
     ("symbol", r"(?<=\s)(?:->|>=|<=|[&+=±×÷→←≈*])(?=\s)|&|[~≈](?=\d)|[±×÷→←≥≤]"),
-    ("drop", r"[_#^|\\•]+"),
+    ("drop", r"[_#^|\\•*]+"),
 ]
 _SCANNER = re.compile("|".join(f"(?P<{name}>{pattern})" for name, pattern in _RULES))
 _GROUPS = {name: (_SCANNER.groupindex[name], re.compile(pattern).groups) for name, pattern in _RULES}
@@ -277,13 +277,13 @@ def _slash(m: re.Match[str], text: str, british: bool) -> str | None:
     a, b = _g(m, "slash")
     if (a, b) == ("and", "or"):
         return "and or"
-    if a and b and a.islower() and b.islower():
+    if a and b and len(a) > 1 and b.islower():
         return f"{a} or {b}"
     return f"{a} {b}"
 
 
 def _symbol(m: re.Match[str], text: str, british: bool) -> str | None:
-    return _SYMBOLS.get(m.group(), "")
+    return f" {_SYMBOLS.get(m.group(), '')} "
 
 
 _HANDLERS: dict[str, Callable[[re.Match[str], str, bool], str | None]] = {

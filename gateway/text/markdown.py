@@ -40,7 +40,7 @@ _TAG = regex.compile(r"<(/?)([A-Za-z][\w:-]{0,40})((?:\s+[^<>\n]{0,300}?)?)\s*(/
 _AUTOLINK = regex.compile(r"<((?:https?|mailto|ftp):[^<>\s]{1,1000})>", regex.IGNORECASE)
 _ENTITY = regex.compile(r"&(?:#\d{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
 _HEADING = regex.compile(r"[ \t]*#{1,6}(?:[ \t]+|(?=\n))")
-_QUOTE = regex.compile(r"[ \t]*>(?:[ \t]+|(?=[^ \t]))")
+_QUOTE = regex.compile(r"[ \t]*(?:>[ \t]*)*>(?:[ \t]+|(?=[^ \t>]))")
 # a bullet, and a task list's box after it; the lookaheads let a partial match wait for "[x] "
 _BULLET = regex.compile(r"[ \t]*[-*+•][ \t]+(?:\[[ xX]\][ \t]+|(?=[^\[])|(?=\[[^ xX\]])|(?=\[[ xX][^\]]))")
 _NUMBERED = regex.compile(r"[ \t]*\d{1,3}[.)][ \t]+")
@@ -74,8 +74,6 @@ class MarkupFilter:
 
     def flush(self) -> str:
         """The rest: the input ends here (as if with a newline, which is not returned)."""
-        if not self._buf:
-            return ""
         self._buf += "\n"
         out = self._run(final=True)
         return out[:-1] if out.endswith("\n") else out

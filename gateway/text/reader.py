@@ -62,14 +62,37 @@ class _Build:
     s: int = 0
 
     def add(self, shown: str, said: str, *, span: bool = True) -> None:
-        if said and self.spoken and self.spoken[-1][-1:].isspace() and said[:1].isspace():
-            said = said.lstrip()
+        if said[:1].isspace() and (not self.s or "".join(self.spoken[-2:])[-1:].isspace()):
+            said = said.lstrip()  # one space between words, whatever was dropped between them
         if span and shown.strip() and said.strip():
             self.spans.append((self.d, self.d + len(shown), self.s, self.s + len(said)))
         self.display.append(shown)
         self.spoken.append(said)
         self.d += len(shown)
         self.s += len(said)
+
+    def trim(self) -> None:
+        """No space before what comes next (a full stop)."""
+        while self.spoken and self.spoken[-1][-1:].isspace():
+            kept = self.spoken[-1].rstrip()
+            self.s -= len(self.spoken[-1]) - len(kept)
+            self.spoken[-1] = kept
+            if kept:
+                break
+            if len(self.spoken) < 2:
+                break
+            # an all-space entry: look at the one before it too
+            self.spoken.append(self.spoken.pop())
+            k = len(self.spoken) - 2
+            while k >= 0 and not self.spoken[k].strip():
+                self.s -= len(self.spoken[k])
+                self.spoken[k] = ""
+                k -= 1
+            if k >= 0:
+                kept = self.spoken[k].rstrip()
+                self.s -= len(self.spoken[k]) - len(kept)
+                self.spoken[k] = kept
+            break
 
 
 class Reader:
@@ -120,6 +143,7 @@ class Reader:
         elif marker.kind == mk.END:
             said = "".join(out.spoken).rstrip()
             if said and said[-1] not in _TERMINAL:
+                out.trim()
                 out.add("", ".", span=False)
         elif marker.kind == mk.NOTICE:
             out.add("", f" {marker.value} ", span=False)
@@ -194,11 +218,13 @@ class Reader:
         at = 0
         for m in _WORD.finditer(text):
             if m.start() > at:
-                out.add(text[at : m.start()], text[at : m.start()], span=False)
+                gap = text[at : m.start()]
+                out.add(gap, " " if gap.isspace() else gap, span=False)
             out.add(m.group(), m.group())
             at = m.end()
         if at < len(text):
-            out.add(text[at:], text[at:], span=False)
+            gap = text[at:]
+            out.add(gap, " " if gap.isspace() else gap, span=False)
 
     def _finish(self, out: _Build, rate: float) -> Segment:
         display, spoken = "".join(out.display), "".join(out.spoken)

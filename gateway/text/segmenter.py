@@ -63,13 +63,13 @@ _SPACE = re.compile(r"\s")
 _NEVER_FINAL = frozenset(
     "mr mrs ms mx dr prof st mt rev fr gen col maj capt cmdr lt sgt hon gov sen rep pres"
     " vs v e.g i.e cf viz approx ca fig figs eq eqs vol ch sec pp dept est univ"
-    " op al".split()
+    " op al p pg apt ste".split()
 )
 # Words that may end a sentence: cut unless the next word starts lowercase or with a digit.
 _MAYBE_FINAL = frozenset(
     "etc inc ltd co corp llc plc bros jr sr a.m p.m ph.d m.d b.a m.a b.sc m.sc no nos"
     " jan feb mar apr jun jul aug sep sept oct nov dec mon tue tues wed thu thur thurs fri sat sun"
-    " min max hr hrs ft sq".split()
+    " min max hr hrs ft sq ave blvd rd ln hwy pkwy ct dept".split()
 )
 
 _NORMAL, _TERM, _CLOSE, _WAIT = range(4)
