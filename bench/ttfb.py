@@ -32,8 +32,8 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from gateway.text.segmenter import split_text
 from gateway.engines.fake import GAP_S, WORD_S
+from gateway.text.segmenter import split_text
 
 from .common import (
     RESULTS_DIR,

@@ -53,6 +53,7 @@ class StreamOptions:
     sample_rate: int = 0  # the rate sent (resampled from the engine's); 0: the engine's own
     # the text front-end's switches: markdown, emoji, normalize, markup, code_blocks, pronunciations
     frontend: TextOptions = TextOptions()
+    lang: str = "a"  # the language its text is read in (``voicecatalog.text_language``)
 
     @property
     def chunking(self) -> str:
@@ -175,6 +176,7 @@ def parse_options(raw: Mapping[str, Any], settings: Settings, engine: Engine) ->
         buffered_s=_buffered(raw),
         sample_rate=sample_rate,
         frontend=parse_text_options(raw, text_defaults(settings)),
+        lang=voicecatalog.text_language(voice, caps.voices),
     )
 
 

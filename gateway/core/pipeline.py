@@ -40,7 +40,6 @@ from ..audio.payloads import Packetizer, stream_seconds
 from ..audio.resample import reply_encoder
 from ..config import Settings
 from ..errors import NothingToSpeak
-from ..kokoro import voicecatalog
 from ..kokoro.timestamps import WordTimes
 from ..text.align import display_words
 from ..text.frontend import Segment, TextFrontEnd
@@ -73,7 +72,7 @@ class Pipeline(BudgetMember):
         self.sample_rate = hub.engine.sample_rate
         self.frontend = TextFrontEnd(
             o.frontend,
-            lang=voicecatalog.language_of(o.voice),
+            lang=o.lang,
             first_clause_words=s.first_clause_words if o.first_clause else 0,
             max_chars=s.max_segment_chars,
         )

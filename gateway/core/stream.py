@@ -23,7 +23,6 @@ from ..agent import Agent, AgentError
 from ..config import Settings
 from ..engines.base import Engine
 from ..errors import BadRequest, Overloaded
-from ..kokoro import voicecatalog
 from ..metrics import Metrics
 from ..text.frontend import TextFrontEnd
 from .budget import ADMIT, Verdict, planned, share_key
@@ -76,7 +75,7 @@ class StreamSession:
             return []
         frontend = TextFrontEnd(
             o.frontend,
-            lang=voicecatalog.language_of(o.voice),
+            lang=o.lang,
             first_clause_words=s.first_clause_words if o.first_clause else 0,
             max_chars=s.max_segment_chars,
         )

@@ -121,6 +121,21 @@ MAX_BLEND_PARTS = 8
 _PART = re.compile(r"([^()\s]+)(?:\s*\(\s*((?:[0-9]+(?:\.[0-9]+)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)\s*\))?")
 
 
+def text_language(voice_id: str, voices: tuple[Voice, ...] = ()) -> str:
+    """The language letter the text front-end reads a voice's text in: Kokoro's own letter for
+    a Kokoro voice id, else the one of the language the engine declares for it ("en-US": "a"),
+    else "" (no language rules: filters only)."""
+    letter = language_of(voice_id)
+    if letter in LANGUAGES and voice_id[1:2] in GENDERS and voice_id[2:3] == "_":
+        return letter
+    first = voice_id.split("+")[0].split("(")[0].strip()
+    tag = next((v.language for v in voices if v.id == first), "").lower()
+    for code, (bcp, _, _) in LANGUAGES.items():
+        if tag == bcp.lower() or (tag and tag.split("-")[0] == bcp.lower()):
+            return code
+    return ""
+
+
 def language_of(voice_id: str) -> str:
     """The language letter of a voice or blend (a blend speaks its first voice's language)."""
     return voice_id.lstrip()[:1]
