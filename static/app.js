@@ -3,9 +3,11 @@
 // Everything the page measures is on `window.demo` (plain objects) for tests to read.
 
 import { authHeaders, loadToken, setToken } from './auth.js';
+import { renderCaptions } from './captions.js';
 import { SseChannel, WsChannel } from './channels.js';
 import { Graph } from './players.js';
 import { Run } from './run.js';
+import { SAMPLES } from './samples.js';
 import { drawTimeline } from './timeline.js';
 
 const $ = (sel, root = document) => root.querySelector(sel);
@@ -180,49 +182,6 @@ function renderPanel(name) {
     ? `Heard before Stop (${num(st.cancel.playedMs)} ms${st.cancel.server && typeof st.cancel.server.heard_text === 'string' ? ', as the server counts it' : ''}): ${st.heardText || '(nothing)'}` : '';
 }
 
-/** One span per sentence; once its `words` arrive, one span per word in it (karaoke). */
-function renderCaptions(caps, st) {
-  while (caps.children.length < st.sentences.length) caps.append(document.createElement('span'));
-  st.sentences.forEach((s, i) => {
-    const span = caps.children[i];
-    const words = st.words.filter((w) => w.sentence === s.index);
-    if (span.dataset.words === String(words.length)) return;
-    span.dataset.words = String(words.length);
-    span.replaceChildren(...wordNodes(s.text, words));
-  });
-  let current = -1;
-  st.sentences.forEach((s, i) => { if (s.playMs !== null) current = i; });
-  const playing = st.state === 'playing' || st.state === 'streaming';
-  [...caps.children].forEach((el, i) => {
-    el.classList.toggle('now', playing && i === current);
-    el.classList.toggle('said', i < current || (!playing && i <= current));
-  });
-  for (const el of caps.querySelectorAll('.w')) {
-    const k = Number(el.dataset.index);
-    el.classList.toggle('now', playing && k === st.wordNow);
-    el.classList.toggle('said', k < st.wordNow || (!playing && k === st.wordNow));
-  }
-}
-
-/** `text` with each of `words` (as written, in order) in a span of its own. */
-function wordNodes(text, words) {
-  const out = [];
-  let at = 0;
-  for (const w of words) {
-    const i = text.indexOf(w.word, at);
-    if (i < 0) continue;
-    if (i > at) out.push(document.createTextNode(text.slice(at, i)));
-    const el = document.createElement('span');
-    el.className = 'w';
-    el.dataset.index = String(w.index);
-    el.textContent = w.word;
-    out.push(el);
-    at = i + w.word.length;
-  }
-  out.push(document.createTextNode(`${text.slice(at)} `));
-  return out;
-}
-
 const OUTCOME = { stopped: 'stopped: kept as far as it was spoken', error: 'failed' };
 
 function renderConversation() {
@@ -327,6 +286,7 @@ function wire() {
   $('#play-ws').addEventListener('click', () => play('ws'));
   $('#stop').addEventListener('click', () => stop());
   $('#new-conversation').addEventListener('click', () => newConversation());
+  $('#sample').addEventListener('change', (e) => useSample(e.target.value));
   $('#speed').addEventListener('input', () => { $('#speed-out').textContent = `${Number($('#speed').value).toFixed(2)}×`; });
   for (const radio of document.querySelectorAll('input[name=input]')) {
     radio.addEventListener('change', () => document.body.classList.toggle('prompt-mode', radio.value === 'prompt' && radio.checked));
@@ -337,6 +297,15 @@ function wire() {
   if (!MSE_MP3) $('#notice').textContent = 'No MediaSource audio/mpeg here: MP3 requests play as PCM over WebAudio.';
   window.addEventListener('resize', () => schedule());
   $('#token').addEventListener('change', (e) => { setToken(e.target.value); $('#notice').textContent = ''; loadVoices(); });
+}
+
+/** The "Sample" menu: its text in the box (the box's first text for "plain"), to be spoken. */
+function useSample(name) {
+  const box = $('#text');
+  box.value = SAMPLES[name] ?? box.defaultValue;
+  box.rows = Math.min(10, Math.max(3, box.value.split('\n').length));
+  $('input[name=input][value=text]').checked = true;
+  document.body.classList.remove('prompt-mode');
 }
 
 const initialToken = loadToken();

@@ -70,7 +70,8 @@ export class Run {
       if (this.player) this.player.setStartIn(body.start_in_ms);
       if (body.start_in_ms !== undefined) st.timeline.push([st.now(), 'start_in', { ms: body.start_in_ms }]);
       this.preroll(body.preroll_ms);
-      st.sentences.push({ index: body.index, text: body.text, arriveMs: st.now(), mediaS: this.mediaSoFar(), playMs: null });
+      // `spoken`: what the engine was given for it (absent from older servers)
+      st.sentences.push({ index: body.index, text: body.text, spoken: body.spoken, pauseMs: body.pause_ms || 0, arriveMs: st.now(), mediaS: this.mediaSoFar(), playMs: null });
     } else if (type === 'words') {
       for (const w of body.words || []) st.words.push({ ...w, sentence: body.sentence, index: st.words.length });
     } else if (type === 'text') {

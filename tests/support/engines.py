@@ -8,6 +8,7 @@ import itertools
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
+from gateway.engines.base import Voice
 from gateway.engines.fake import FakeEngine
 from gateway.kokoro.timestamps import WordTimes
 
@@ -23,6 +24,19 @@ class SlowLoadingEngine(FakeEngine):
     async def start(self) -> None:
         await self.loaded.wait()
         await super().start()
+
+
+class EnglishFake(FakeEngine):
+    """The fake engine with one voice named as Kokoro names an American English one (``af_tone``).
+    The text front-end takes a reply's language from the voice id's first letter, so the fake's
+    own ``tone_a``/``tone_b`` get no English normalization (a phone number stays digits)."""
+
+    def __init__(self, settings: Any) -> None:
+        super().__init__(settings)
+        self.declare(
+            voices=(Voice("af_tone", "en-US", "female", "fake tones, read as American English", default=True),),
+            default_voice="af_tone",
+        )
 
 
 class ModalFake(FakeEngine):
