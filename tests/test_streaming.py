@@ -15,7 +15,7 @@ from gateway.audio.decode import decode_mp3
 from gateway.audio.mp3 import is_whole_frames, parse_header
 from gateway.config import Settings
 from gateway.engines.fake import fake_duration_s
-from gateway.text.segmenter import split_text
+from gateway.text.frontend import TextFrontEnd, TextOptions
 from gateway.web.state import GATEWAY
 
 from .conftest import Server, fake_settings
@@ -31,7 +31,9 @@ def tokens_of(text: str) -> list[str]:
 
 
 def expected_seconds(text: str, first_clause_words: int = Settings().first_clause_words) -> float:
-    return sum(fake_duration_s(p) for p in split_text(text, first_clause_words=first_clause_words))
+    """The fake engine's audio for ``text``: its words as spoken (the text front-end's forms)."""
+    frontend = TextFrontEnd(TextOptions(), lang="a", first_clause_words=first_clause_words)
+    return sum(fake_duration_s(s.spoken) for s in frontend.feed(text) + frontend.end())
 
 
 async def test_ws_token_by_token_gives_sentences_and_whole_frames(
