@@ -117,6 +117,8 @@ _TIME: list[tuple[str, str, str | None]] = [
     ("Arrive by 08:00.", "Arrive by eight hundred.", None),
     ("From 9:30 AM to 4:15 PM.", "From nine thirty A M to four fifteen P M.", None),
     ("Alarm at 6:00 AM.", "Alarm at six A M.", None),
+    ("Open 10:30-11:30 daily.", "Open ten thirty to eleven thirty daily.", None),
+    ("Call 9-11am.", "Call nine to eleven A M.", None),
 ]
 
 _DATE: list[tuple[str, str, str | None]] = [
@@ -191,6 +193,10 @@ _UNIT: list[tuple[str, str, str | None]] = [
     ("A 100 W bulb.", "A one hundred watts bulb.", None),
     ("Latency is 200 ms.", "Latency is two hundred milliseconds.", None),
     ("Download 1.5 TB.", "Download one point five terabytes.", None),
+    ("Add 2 tsp salt and 1 tbsp oil.", "Add two teaspoons salt and one tablespoon oil.", None),
+    ("For 3 yrs and 2 wks.", "For three years and two weeks.", None),
+    ("Save 10-20% now.", "Save ten to twenty percent now.", None),
+    ("Cut 2 x 4 boards.", "Cut two by four boards.", None),
     ("Runs at 100 km/h.", "Runs at one hundred kilometers per hour.", None),
 ]
 
@@ -206,7 +212,9 @@ _SYMBOL: list[tuple[str, str, str | None]] = [
     ("Use and/or here.", "Use and or here.", None),
     ("A → B works.", "A to B works.", None),
     ("The #hashtag trend.", "The hashtag trend.", None),
-    ("Rated 5 × 3 grid.", "Rated five times three grid.", None),
+    ("Rated 5 × 3 grid.", "Rated five by three grid.", None),
+    ("It's $5/month or $50/yr.", "It's five dollars per month or fifty dollars per year.", None),
+    ("Studies show [1] that it works [2][3].", "Studies show that it works.", None),
     ("Temperature ±2 degrees.", "Temperature plus or minus two degrees.", None),
 ]
 

@@ -63,7 +63,11 @@ _RULES: list[tuple[str, str]] = [
     ("num_date", r"(?<![\w/.])(\d{1,2})/(\d{1,2})/(\d{4}|\d{2})(?![\w/])"),
     ("month_day", rf"\b({_MONTHS})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?\b(?!:)(?:,?\s+(\d{{4}})\b)?"),
     ("day_month", rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MONTHS})\b\.?(?:,?\s+(\d{{4}})\b)?"),
-    ("time_range", r"\b(\d{1,2}(?::\d{2})?)\s?([ap])\.?m\.?\s?[-–—]\s?(\d{1,2}(?::\d{2})?)\s?([ap])\.?m\b\.?"),
+    (
+        "time_range",
+        r"\b(\d{1,2}(?::\d{2})?)\s?(?:([AaPp])\.?[Mm]\.?)?\s?[-–—]\s?(\d{1,2}(?::\d{2})?)\s?([AaPp])\.?[Mm]\b\.?"
+        r"|\b(\d{1,2}:\d{2})\s?[-–—]\s?(\d{1,2}:\d{2})\b",
+    ),
     ("time", r"\b(\d{1,2}):(\d{2})(?::(\d{2}))?(?:\s?([AaPp])\.?[Mm]\b\.?)?|\b(\d{1,2})\s?([AaPp])\.?[Mm]\b\.?"),
     (
         "money",
@@ -75,6 +79,13 @@ _RULES: list[tuple[str, str]] = [
     ("fraction", r"(?<![\w./])(\d+)/(\d+)(?![\w/])|([½⅓⅔¼¾⅕⅛⅜])"),
     ("ordinal", r"\b(\d+)(st|nd|rd|th)\b"),
     ("hashnum", r"(?<![\w&])#(\d+)\b"),
+    ("citation", r"\s?\[\d{1,3}\](?:\[\d{1,3}\])*"),
+    ("dimensions", r"(?<![\w.])(\d+(?:\.\d+)?)\s?[x×]\s?(\d+(?:\.\d+)?)(?:\s?[x×]\s?(\d+(?:\.\d+)?))?(?![\w.])"),
+    (
+        "per",
+        r"(?<=\S)/(mo|month|yr|year|day|night|week|wk|hr|hour|min|minute|sec|second|person|user|seat|unit"
+        r"|kg|lb|gallon|mile|km|page|item|GB|MB|TB)\b",
+    ),
     ("version", r"\b[vV](\d+(?:\.\d+)*)\b|\b(\d+\.\d+\.\d+(?:\.\d+)*)\b"),
     ("unit", rf"(?<![\w.])(-)?({_NUM})\s?(?:({_SCALE_RE})\s)?({_UNIT_RE})(?![A-Za-z0-9])"),
     ("scaled", rf"(?<![\w.])({_NUM})\s?({_SCALE_RE})(?![A-Za-z0-9])"),
@@ -168,7 +179,14 @@ def _time(m: re.Match[str], text: str, british: bool) -> str | None:
 
 
 def _time_range(m: re.Match[str], text: str, british: bool) -> str | None:
-    a, ap1, b, ap2 = _g(m, "time_range")
+    a, ap1, b, ap2, a2, b2 = _g(m, "time_range")
+    if a2 is not None:  # "10:30-11:30"
+        a, b = a2, b2
+    elif ap1 is None:  # "9-11am": "nine to eleven A M"
+        h, _, mi = (a or "0").partition(":")
+        said = nb.cardinal(h, british) + (f" {nb.cardinal(mi)}" if mi and int(mi) else "")
+        end = _clock(*(b or "0").partition(":")[::2], ap2, british)
+        return f"{said} to {end}" if end and int(h) <= 12 else None
     first = _clock(*(a or "0").partition(":")[::2], ap1, british)
     second = _clock(*(b or "0").partition(":")[::2], ap2, british)
     return f"{first} to {second}" if first and second else None
@@ -216,6 +234,13 @@ def _fraction(m: re.Match[str], text: str, british: bool) -> str | None:
 
 def _ordinal(m: re.Match[str], text: str, british: bool) -> str | None:
     return nb.ordinal(_g(m, "ordinal")[0] or "0", british)
+
+
+_PER = {"mo": "month", "yr": "year", "wk": "week", "hr": "hour", "min": "minute", "sec": "second"}
+
+
+def _dimensions(m: re.Match[str], text: str, british: bool) -> str | None:
+    return " by ".join(nb.number(x, british) for x in _g(m, "dimensions") if x)
 
 
 def _hashnum(m: re.Match[str], text: str, british: bool) -> str | None:
@@ -302,6 +327,9 @@ _HANDLERS: dict[str, Callable[[re.Match[str], str, bool], str | None]] = {
     "fraction": _fraction,
     "ordinal": _ordinal,
     "hashnum": _hashnum,
+    "citation": lambda m, t, b: "",
+    "dimensions": _dimensions,
+    "per": lambda m, t, b: f" per {_PER.get(_g(m, 'per')[0] or '', _g(m, 'per')[0])}",
     "version": _version,
     "unit": _unit,
     "scaled": _scaled,

@@ -59,6 +59,14 @@ UNITS: dict[str, tuple[str, str]] = {
     "℃": ("degree Celsius", "degrees Celsius"),
     "℉": ("degree Fahrenheit", "degrees Fahrenheit"),
     "sq ft": ("square foot", "square feet"),
+    "tsp": ("teaspoon", "teaspoons"),
+    "tbsp": ("tablespoon", "tablespoons"),
+    "gal": ("gallon", "gallons"),
+    "yr": ("year", "years"),
+    "yrs": ("year", "years"),
+    "wk": ("week", "weeks"),
+    "wks": ("week", "weeks"),
+    "sqft": ("square foot", "square feet"),
 }
 
 VULGAR: dict[str, tuple[int, int]] = {
