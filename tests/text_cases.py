@@ -49,6 +49,7 @@ _MARKDOWN: list[tuple[str, str, str | None]] = [
 
 _EMOJI: list[tuple[str, str, str | None]] = [
     ("Great job! 🎉 See you tomorrow 😊", "Great job! See you tomorrow", None),
+    ("- Tacos (spicy) 🌮", "Tacos (spicy).", "Tacos (spicy) 🌮"),
     ("Thumbs up 👍🏽 from me.", "Thumbs up from me.", None),
     ("Family 👨‍👩‍👧 time.", "Family time.", None),
     ("Flags 🇺🇸 and 🇯🇵 wave.", "Flags and wave.", None),
@@ -155,6 +156,7 @@ _FRACTION: list[tuple[str, str, str | None]] = [
     ("About 1/2 done.", "About one half done.", None),
     ("Take 1 1/2 cups.", "Take one and a half cups.", None),
     ("Add ½ a lemon.", "Add one half a lemon.", None),
+    ("Add 1/2 tsp salt.", "Add one half teaspoon salt.", None),
     ("Open 24/7.", "Open twenty-four seven.", None),
     ("It's 50/50.", "It's fifty fifty.", None),
     ("About 5/8 inch.", "About five eighths inch.", None),
@@ -222,6 +224,7 @@ _ABBREVIATION: list[tuple[str, str, str | None]] = [
     ("Dr. Smith will see you.", "Doctor Smith will see you.", None),
     ("Turn onto Oak Dr. next.", "Turn onto Oak Drive next.", None),
     ("He lives on Main St. now.", "He lives on Main Street now.", None),
+    ("Meet at 12 Main St. Please be early.", "Meet at twelve Main Street. Please be early.", None),
     ("We visited St. Mary's church.", "We visited Saint Mary's church.", None),
     ("It is approx. 5 km.", "It is approximately five kilometers.", None),
     ("Bring fruit, e.g. apples.", "Bring fruit, for example apples.", None),

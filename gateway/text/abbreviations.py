@@ -102,6 +102,8 @@ _NAME_AFTER = re.compile(r"\s+[A-Z][a-z]")
 _NUMBER_AFTER = re.compile(r"\s*\d")
 _NAME_BEFORE = re.compile(r"(?:\b[A-Z][A-Za-z'’-]*|\d+(?:st|nd|rd|th)?)\s+$")
 _NUMBER_BEFORE = re.compile(r"\d\s*$")
+_PLACES = frozenset(("Street", "Drive", "Avenue", "Road", "Boulevard", "Lane"))
+_SENTENCE_AFTER = re.compile(r"\s+[A-Z][a-z]")
 _END = re.compile(r"[\s\"'”’)\]*_]*$")
 
 
@@ -145,4 +147,6 @@ def abbreviation(written: str, text: str, start: int, end: int) -> str | None:
         said = said[:1].upper() + said[1:]
     if written.endswith(".") and _END.fullmatch(text, end):
         said += "."  # the abbreviation's period also ended the sentence
+    elif said in _PLACES and _SENTENCE_AFTER.match(text, end):
+        said += "."  # "on Main St. Please arrive": a street name ends, a sentence starts
     return said

@@ -76,7 +76,7 @@ _RULES: list[tuple[str, str]] = [
     ),
     ("range", rf"(?<![\w.,/-])({_NUM})\s?[-–—]\s?({_NUM})(?![\w/-]|[.,]\d)(?:\s?({_UNIT_RE})(?![A-Za-z]))?"),
     ("mixed_fraction", r"(?<![\w./])(\d+)\s(\d{1,2})/(\d{1,3})(?![\w/])"),
-    ("fraction", r"(?<![\w./])(\d+)/(\d+)(?![\w/])|([½⅓⅔¼¾⅕⅛⅜])"),
+    ("fraction", rf"(?:(?<![\w./])(\d+)/(\d+)(?![\w/])|([½⅓⅔¼¾⅕⅛⅜]))(?:\s?({_UNIT_RE})(?![A-Za-z0-9]))?"),
     ("ordinal", r"\b(\d+)(st|nd|rd|th)\b"),
     ("hashnum", r"(?<![\w&])#(\d+)\b"),
     ("citation", r"\s?\[\d{1,3}\](?:\[\d{1,3}\])*"),
@@ -223,13 +223,15 @@ def _mixed_fraction(m: re.Match[str], text: str, british: bool) -> str | None:
 
 
 def _fraction(m: re.Match[str], text: str, british: bool) -> str | None:
-    a, b, vulgar = _g(m, "fraction")
-    if vulgar:
-        return nb.fraction(*_VULGAR[vulgar], british)
-    num, den = int(a or 0), int(b or 0)
+    a, b, vulgar, unit = _g(m, "fraction")
+    num, den = _VULGAR[vulgar] if vulgar else (int(a or 0), int(b or 0))
     if den == 0 or num == den or (num, den) == (24, 7):
-        return f"{nb.cardinal(num, british)} {nb.cardinal(den, british)}"  # "50/50", "24/7"
-    return nb.fraction(num, den, british)
+        said = f"{nb.cardinal(num, british)} {nb.cardinal(den, british)}"  # "50/50", "24/7"
+    else:
+        said = nb.fraction(num, den, british)
+    if unit:  # "1/2 tsp": "one half teaspoon"; "3/2 cups": "three halves cups"
+        said += " " + _UNITS[unit][0 if num < den else 1]
+    return said
 
 
 def _ordinal(m: re.Match[str], text: str, british: bool) -> str | None:

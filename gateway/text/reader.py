@@ -72,27 +72,13 @@ class _Build:
         self.s += len(said)
 
     def trim(self) -> None:
-        """No space before what comes next (a full stop)."""
-        while self.spoken and self.spoken[-1][-1:].isspace():
-            kept = self.spoken[-1].rstrip()
-            self.s -= len(self.spoken[-1]) - len(kept)
-            self.spoken[-1] = kept
+        """No space before what comes next (a full stop): trailing spaces off, entry by entry."""
+        for k in range(len(self.spoken) - 1, -1, -1):
+            kept = self.spoken[k].rstrip()
+            self.s -= len(self.spoken[k]) - len(kept)
+            self.spoken[k] = kept
             if kept:
                 break
-            if len(self.spoken) < 2:
-                break
-            # an all-space entry: look at the one before it too
-            self.spoken.append(self.spoken.pop())
-            k = len(self.spoken) - 2
-            while k >= 0 and not self.spoken[k].strip():
-                self.s -= len(self.spoken[k])
-                self.spoken[k] = ""
-                k -= 1
-            if k >= 0:
-                kept = self.spoken[k].rstrip()
-                self.s -= len(self.spoken[k]) - len(kept)
-                self.spoken[k] = kept
-            break
 
 
 class Reader:

@@ -219,6 +219,8 @@ class Segmenter:
         while j >= self._start and self._buf[j] in _CLOSERS:
             j -= 1
         mark = self._at(j)
+        if mark == "," and self._at(j - 1).isdigit():
+            return False  # "January 5, 2027", "3, 4 and 5": the number may go on
         if mark in ",;:—":
             return True
         return mark in "-–" and self._at(j - 1).isspace()
