@@ -37,8 +37,8 @@ import aiohttp
 import numpy as np
 
 from gateway.config import Settings
-from gateway.text.segmenter import Segmenter
 from gateway.engines.embedded import EmbeddedEngine
+from gateway.text.segmenter import Segmenter
 
 from . import engine_profile
 from .corpus import SENTENCES

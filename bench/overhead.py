@@ -28,10 +28,10 @@ from typing import Any
 
 import aiohttp
 
-from gateway.text.segmenter import split_text
 from gateway.engines import create_engine
 from gateway.engines.base import Engine
 from gateway.kokoro.timestamps import WordTimes
+from gateway.text.segmenter import split_text
 
 from .common import (
     RESULTS_DIR,

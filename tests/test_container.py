@@ -33,10 +33,10 @@ from bench.servers import serve_app, serve_gateway
 from gateway.audio.decode import decode_mp3
 from gateway.audio.mp3 import is_whole_frames
 from gateway.config import Settings
-from gateway.text.segmenter import split_text
 from gateway.engines.container import START_TIMEOUT_S
 from gateway.engines.fake import FakeEngine, fake_duration_s
 from gateway.errors import EngineError
+from gateway.text.segmenter import split_text
 from gateway.web.container import STREAM_PATH, make_container_app
 from gateway.web.state import GATEWAY
 

@@ -23,9 +23,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.client import sse_stream, ws_stream
 from bench.procs import ServerProcess
-from gateway.text.speakable import speakable
 from gateway.engines.fake import FakeEngine
 from gateway.ops.workers import WORKER_HEADER
+from gateway.text.speakable import speakable
 from gateway.web.proxies import parse_trusted, resolve_client
 
 from .conftest import Server, fake_settings

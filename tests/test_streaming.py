@@ -14,8 +14,8 @@ from gateway.agent import pick_reply
 from gateway.audio.decode import decode_mp3
 from gateway.audio.mp3 import is_whole_frames, parse_header
 from gateway.config import Settings
-from gateway.text.segmenter import split_text
 from gateway.engines.fake import fake_duration_s
+from gateway.text.segmenter import split_text
 from gateway.web.state import GATEWAY
 
 from .conftest import Server, fake_settings

@@ -16,9 +16,9 @@ from gateway.core.engine_rate import EngineRate
 from gateway.core.listener import Listener
 from gateway.core.options import StreamOptions
 from gateway.core.schedule import PLAYER_LEAD_S, Forecast, arrivals, boundary_s, forecast, preroll_s
-from gateway.text.segmenter import split_text
 from gateway.core.synthesis import SynthesisHub
 from gateway.engines.fake import FakeEngine, fake_duration_s
+from gateway.text.segmenter import split_text
 from gateway.web.state import GATEWAY
 
 from .conftest import fake_settings

@@ -23,10 +23,10 @@ from bench.client import ws_stream
 from gateway.audio.decode import decode_mp3
 from gateway.audio.mp3 import is_whole_frames
 from gateway.config import Settings
-from gateway.text.segmenter import split_text
 from gateway.engines.fake import FakeEngine
 from gateway.engines.sagemaker import SageMakerEngine, SageMakerOptions, crt_transport
 from gateway.errors import EngineError
+from gateway.text.segmenter import split_text
 from tests.support.sagemaker_stub import Stub, TlsFiles, make_test_certs, serve_bidi
 
 from ..conftest import fake_settings, free_port
