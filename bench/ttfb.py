@@ -17,6 +17,12 @@ Engines: ``embedded``; ``fake`` calibrated to the embedded engine measured in th
 and ``kokoro`` (torch, CUDA only) where available, else skipped with a note. The WebSocket
 runs are also checked for playback stalls. ``--sweep`` instead compares the first-clause fast
 path off and at several word thresholds (one gateway per value, one shared engine).
+``--frontend-compare`` instead speaks the markdown replies (``bench.corpus.MARKDOWN_REPLIES``:
+lists, headings, emoji, links, numbers) on the WebSocket with the text front-end on and off
+(``text_frontend`` true and false), alternating request by request on the same gateway, and
+reports first audio for each and the ratio on/off (its own cost, without a gateway: ``bench
+text``). The two speak different text (off says the markup as written), so the first segment,
+and its audio, can differ too: each run's first segment is in the JSON.
 """
 
 from __future__ import annotations
@@ -51,7 +57,7 @@ from .common import (
     table,
     timeline,
 )
-from .corpus import corpus
+from .corpus import corpus, markdown_corpus
 from .plots import plot_timeline
 from .procs import GatewayProcess
 from .remote import RemoteClient
@@ -67,6 +73,9 @@ ENGINE_ORDER = ("embedded", "fake", "container", "kokoro")
 DEFAULT_ENGINES = "embedded,fake"  # container, kokoro: add them (each adds a pass as long as embedded)
 DEFAULT_RTF = 0.35  # DESIGN's measured embedded RTF, used only when nothing better is known
 WARMUP = "Hi there, warming up. Not counted."
+# the front-end's first use imports its tables (emoji, numbers): warm every part of it
+MARKDOWN_WARMUP = "**Hi** there 👋, warming up: $5 at 7:30 on Dec 6, call 555-0100. Not counted."
+FRONTEND = {"frontend on": True, "frontend off": False}  # variant -> ``text_frontend``
 
 # -- one run on one channel ----------------------------------------------------------------
 
@@ -190,8 +199,10 @@ async def run_engines(
             ctx = gateway(bench_settings(name, args.set, **(fsets if name == "fake" else {})))
         async with ctx as t:
             if name == "embedded" and "fake" in args.engines and args.fake_rtf is None:
-                cal = out["calibration"] = await calibrate(t, texts, args.voice)
-            out["engines"][name] = await run_target(http, client, t, fields, texts, args, note)
+                # the plain replies: the engine is called directly, without the front-end
+                cal = out["calibration"] = await calibrate(t, corpus() if args.frontend_compare else texts, args.voice)
+            runner = run_frontend_compare if args.frontend_compare else run_target
+            out["engines"][name] = await runner(http, client, t, fields, texts, args, note)
 
 
 async def vocoder_ready(http: aiohttp.ClientSession, t: Target, wait_s: float = 600.0) -> bool:
@@ -242,6 +253,36 @@ async def run_target(
     return result
 
 
+async def run_frontend_compare(
+    http: aiohttp.ClientSession,
+    client: RemoteClient,
+    t: Target,
+    fields: dict[str, Any],
+    texts: list[str],
+    args: argparse.Namespace,
+    note: str = "",
+) -> dict[str, Any]:
+    """The WebSocket with ``text_frontend`` on and off, alternating on every reply (per-sentence
+    audio, as the ``ws`` row: ``vocoder=exact`` where the engine streams inside a segment)."""
+    chunked = not args.no_vocoder and await vocoder_ready(http, t)
+    per_sentence = {**fields, "vocoder": "exact"} if chunked else fields
+    probes = {v: stream_probe(t, "ws", per_sentence, client, text_frontend=on) for v, on in FRONTEND.items()}
+    for probe in probes.values():
+        await probe(http, MARKDOWN_WARMUP)  # not counted
+    runs = []
+    for rep in range(args.reps):
+        for i, text in enumerate(texts):
+            # on then off, then off then on: neither always follows the other
+            order = list(FRONTEND) if (rep * len(texts) + i) % 2 == 0 else list(reversed(FRONTEND))
+            for v in order:
+                runs.append({"channel": v, "rep": rep, "reply": i, **await probes[v](http, text)})
+    result = summarize(runs, baseline="frontend off")
+    on, off = (result["channels"][v]["ttfb"] for v in FRONTEND)
+    result["ratio_on_off"] = {"mean": round(on.mean / off.mean, 3), "median": round(on.median / off.median, 3)}
+    result.update(note=note, request=per_sentence)
+    return result
+
+
 async def run_sweep(
     http: aiohttp.ClientSession, client: RemoteClient, args: argparse.Namespace, texts: list[str], out: dict[str, Any]
 ) -> None:
@@ -281,7 +322,24 @@ def channel_rows(groups: dict[str, Any], improvement: tuple[tuple[str, str], ...
     return rows
 
 
+def render_frontend(out: dict[str, Any]) -> str:
+    """``--frontend-compare``: first audio per engine with the front-end on and off, and on/off."""
+    headers = ["engine", "ws, text front-end", "n", "mean ms", "median", "p90", "on vs off", "last audio ms"]
+    headers.append("stalls (runs, total)")
+    rows = channel_rows(out["engines"], (("mean_pct", "{:+.1f}%"),))
+    lines = [table(headers, rows)]
+    for name, res in out["engines"].items():
+        if "skipped" in res:
+            lines.append(f"{name}: {res['skipped']}")
+            continue
+        r = res["ratio_on_off"]
+        lines.append(f"{name}: first audio, front-end on/off: mean {r['mean']:.3f}, median {r['median']:.3f}")
+    return "\n".join(lines)
+
+
 def render(out: dict[str, Any], sweep: bool) -> str:
+    if out["bench"] == "ttfb-frontend":
+        return render_frontend(out)
     base = "off" if sweep else "batch"
     headers = [
         "engine",
@@ -339,7 +397,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="comma-separated, of embedded, fake, container, kokoro (default: %(default)s)",
     )
     p.add_argument("--reps", type=int, default=2, help="repetitions of the corpus (default: %(default)s)")
-    p.add_argument("--corpus", type=int, default=None, metavar="N", help="use the first N replies (default: all 8)")
+    p.add_argument(
+        "--corpus",
+        type=int,
+        default=None,
+        metavar="N",
+        help="use the first N replies (default: all 8; with --frontend-compare, all 12 markdown ones)",
+    )
     p.add_argument("--url", help="measure the gateway at this base URL instead of starting one")
     p.add_argument("--voice", default="", help="voice for every request (default: the engine's)")
     p.add_argument("--fake-rtf", type=float, help="fake engine compute per audio second (default: calibrated)")
@@ -356,6 +420,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--clause-words", default="1,2,4", help="first_clause_words values for --sweep (default: %(default)s)"
     )
+    p.add_argument(
+        "--frontend-compare",
+        action="store_true",
+        help="the WebSocket with text_frontend on against off, interleaved, on the markdown replies",
+    )
     p.add_argument("--out", type=Path, default=RESULTS_DIR, help="output folder (default: %(default)s)")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument(
@@ -368,13 +437,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.clause_words = [int(w) for w in args.clause_words.split(",") if w.strip()]
     if args.reps < 1 or not args.engines or any(w < 1 for w in args.clause_words):
         p.error("--reps must be >= 1, --engines non-empty, --clause-words >= 1 (off is always measured)")
+    if args.sweep and args.frontend_compare:
+        p.error("--sweep and --frontend-compare are separate runs")
     return args
 
 
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
-    texts = corpus(args.corpus)
+    texts = markdown_corpus(args.corpus) if args.frontend_compare else corpus(args.corpus)
+    kind = "ttfb-sweep" if args.sweep else "ttfb-frontend" if args.frontend_compare else "ttfb"
     out: dict[str, Any] = {
-        "bench": "ttfb-sweep" if args.sweep else "ttfb",
+        "bench": kind,
         "anchor": ANCHOR,
         "reps": args.reps,
         "corpus": texts,
@@ -389,7 +461,8 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                     name = (await resp.json()).get("engine", "url")
                 t = Target(name, args.url.rstrip("/"), bench_settings("fake", args.set))
                 fields = {"voice": args.voice} if args.voice else {}
-                out["engines"][name] = await run_target(http, client, t, fields, texts, args)
+                runner = run_frontend_compare if args.frontend_compare else run_target
+                out["engines"][name] = await runner(http, client, t, fields, texts, args)
             else:
                 await run_engines(http, client, args, texts, out)
     return out
@@ -397,6 +470,8 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    title = "time to first audio" + (": first-clause sweep" if args.sweep else "")
+    title = "time to first audio" + (
+        ": first-clause sweep" if args.sweep else ": text front-end on/off" if args.frontend_compare else ""
+    )
     run_published(args, bench, lambda out: render(out, args.sweep), plot_title=title)
     return 0

@@ -40,6 +40,7 @@ BENCHES = (
     "gpu",
     "listeners",
     "firstreply",
+    "text",
 )
 
 
