@@ -88,12 +88,14 @@ _RULES: list[tuple[str, str]] = [
     ),
     ("version", r"\b[vV](\d+(?:\.\d+)*)\b|\b(\d+\.\d+\.\d+(?:\.\d+)*)\b"),
     ("unit", rf"(?<![\w.])(-)?({_NUM})\s?(?:({_SCALE_RE})\s)?({_UNIT_RE})(?![A-Za-z0-9])"),
+    ("code", r"\b(?=[A-Z0-9]*\d)(?=[A-Z0-9]*[A-Z])[A-Z0-9]{7,}\b"),
+    ("weekday", r"\b(Mon|Tue|Tues|Wed|Thu|Thur|Thurs|Fri|Sat|Sun)(?=,)"),
     ("scaled", rf"(?<![\w.])({_NUM})\s?({_SCALE_RE})(?![A-Za-z0-9])"),
     ("decade", r"(?<![\w'’])['’]?(\d{2}|\d{4})s\b"),
     ("abbr", r"(?<![\w.])(?:[A-Za-z]{1,6}\.(?:[A-Za-z]\.)?|approx|vs|etc|w/o|w/)(?![\w])"),
     ("number", rf"(?<![\w.])(-)?({_NUM})(?![\w])"),
-    ("slash", r"\b([A-Za-z]{1,12})/([A-Za-z]{1,12})\b"),
-    ("symbol", r"(?<=\s)(?:->|>=|<=|[&+=±×÷→←≈*])(?=\s)|&|[~≈](?=\d)|[±×÷→←≥≤]"),
+    ("slash", r"\b([A-Za-z]{1,12})/(?!(?:km|mi|h|hr|mo|yr|wk)\b)([A-Za-z]{1,12})\b"),
+    ("symbol", r"(?<=\s)(?:->|>=|<=|[&+=±×÷→←≈*>])(?=\s)|&|[~≈](?=\d)|[±×÷→←≥≤]"),
     ("drop", r"[_#^|\\•*]+"),
 ]
 _SCANNER = re.compile("|".join(f"(?P<{name}>{pattern})" for name, pattern in _RULES))
@@ -161,6 +163,8 @@ def _day_month(m: re.Match[str], text: str, british: bool) -> str | None:
 
 def _clock(hour: str, minute: str | None, ampm: str | None, british: bool) -> str | None:
     h, mi = int(hour), int(minute or 0)
+    if h > 24 and not ampm and mi <= 59 and h < 100:  # a duration, minutes and seconds: "52:14"
+        return f"{nb.cardinal(h)} {nb.cardinal(mi) if mi >= 10 else 'oh ' + nb.cardinal(mi)}"
     if h > 24 or mi > 59 or (ampm and not 1 <= h <= 12):
         return None
     said = nb.cardinal(h, british)
@@ -241,6 +245,12 @@ def _ordinal(m: re.Match[str], text: str, british: bool) -> str | None:
 _PER = {"mo": "month", "yr": "year", "wk": "week", "hr": "hour", "min": "minute", "sec": "second"}
 
 
+def _per(m: re.Match[str], text: str, british: bool) -> str | None:
+    (unit,) = _g(m, "per")
+    unit = unit or ""
+    return f" per {_PER.get(unit) or _UNITS.get(unit, (unit,))[0]}"
+
+
 def _dimensions(m: re.Match[str], text: str, british: bool) -> str | None:
     return " by ".join(nb.number(x, british) for x in _g(m, "dimensions") if x)
 
@@ -267,9 +277,21 @@ def _unit(m: re.Match[str], text: str, british: bool) -> str | None:
     return f"{'minus ' if neg else ''}{value} {word}"
 
 
+_PLACE = re.compile(r"(?:room|apt|apartment|suite|unit|gate|seat|flight|platform|building|floor|terminal|row|bay)\s*$")
+_DAYS = {"Mon": "Monday", "Tue": "Tuesday", "Wed": "Wednesday", "Thu": "Thursday", "Fri": "Friday", "Sat": "Saturday"}
+_DAYS |= {"Sun": "Sunday", "Tues": "Tuesday", "Thur": "Thursday", "Thurs": "Thursday"}
+
+
 def _scaled(m: re.Match[str], text: str, british: bool) -> str | None:
     amount, scale = _g(m, "scaled")
+    if len(scale or "") == 1 and _PLACE.search(text[: m.start()].lower()):
+        return f"{nb.number(amount or '0', british)} {scale}"  # "Room 4B", "Gate 12A"
     return f"{nb.number(amount or '0', british)} {nb.SCALES[scale or 'k']}"
+
+
+def _code(m: re.Match[str], text: str, british: bool) -> str | None:
+    """A tracking number or booking code ("1Z999AA10123456784"): read out character by character."""
+    return " ".join(nb.digits(c) if c.isdigit() else c for c in m.group())
 
 
 def _decade(m: re.Match[str], text: str, british: bool) -> str | None:
@@ -310,6 +332,8 @@ def _slash(m: re.Match[str], text: str, british: bool) -> str | None:
 
 
 def _symbol(m: re.Match[str], text: str, british: bool) -> str | None:
+    if m.group() == ">":  # "x > 5"; "Settings > Bluetooth": a menu path
+        return " greater than " if text[m.end() :].lstrip()[:1].isdigit() else ", then "
     return f" {_SYMBOLS.get(m.group(), '')} "
 
 
@@ -331,10 +355,12 @@ _HANDLERS: dict[str, Callable[[re.Match[str], str, bool], str | None]] = {
     "hashnum": _hashnum,
     "citation": lambda m, t, b: "",
     "dimensions": _dimensions,
-    "per": lambda m, t, b: f" per {_PER.get(_g(m, 'per')[0] or '', _g(m, 'per')[0])}",
+    "per": _per,
     "version": _version,
     "unit": _unit,
     "scaled": _scaled,
+    "code": _code,
+    "weekday": lambda m, t, b: _DAYS[m.group()],
     "decade": _decade,
     "abbr": _abbr,
     "number": _number,

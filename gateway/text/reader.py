@@ -27,6 +27,9 @@ __all__ = ["Reader", "Segment"]
 EMOJI_MODES = ("drop", "name", "keep")
 _TERMINAL = frozenset(".!?…。！？:;")
 _JAPANESE = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")
+_MARKS = frozenset(",.;:!?")
+_SPACES = re.compile(r"\s+")
+_SPACE_BEFORE_MARK = re.compile(r"\s+([,.;:!?])")
 _WORD = re.compile(r"[\w'’]+(?:[-.,:/@+][\w'’]+)*\+*")  # a word as the engines time it ("six" of "six.")
 
 
@@ -62,6 +65,8 @@ class _Build:
     s: int = 0
 
     def add(self, shown: str, said: str, *, span: bool = True) -> None:
+        if said[:1] in _MARKS:
+            self.trim()  # "Done, Your ...", "recipe:": no space before a comma or a stop
         if said[:1].isspace() and (not self.s or "".join(self.spoken[-2:])[-1:].isspace()):
             said = said.lstrip()  # one space between words, whatever was dropped between them
         if span and shown.strip() and said.strip():
@@ -79,6 +84,20 @@ class _Build:
             self.spoken[k] = kept
             if kept:
                 break
+
+
+def _spaced(gap: str) -> str:
+    """Text between words as said: one space for a run of them, none before a comma or stop."""
+    return _SPACE_BEFORE_MARK.sub(r"\1", _SPACES.sub(" ", gap)) if gap.strip() else " "
+
+
+def _emoji_gap(text: str, a: int, b: int) -> str:
+    """What a dropped emoji leaves: nothing, or a comma where it stood between a word and the
+    capitalized start of another ("Done ✅ Your visit ...": the emoji ended a sentence)."""
+    before, after = text[:a].rstrip(), text[b:].lstrip()
+    if before[-1:].isalnum() and after[:1].isupper() and after[1:2].islower() and text[b : b + 1].isspace():
+        return ", "
+    return " " if (before and after) else ""
 
 
 class Reader:
@@ -185,7 +204,7 @@ class Reader:
             for e in emoji.emoji_list(text):
                 a, b = e["match_start"], e["match_end"]
                 name = emoji.demojize(e["emoji"], delimiters=("", "")).replace("_", " ") if self.emoji == "name" else ""
-                said.append(Spoken(a, b, f" {name} " if name else " "))
+                said.append(Spoken(a, b, f" {name} " if name else _emoji_gap(text, a, b)))
                 masked = masked[:a] + " " * (b - a) + masked[b:]
         if self.normalize and self.english(text):
             said += normalize(masked, british=self.lang == "b")
@@ -205,12 +224,12 @@ class Reader:
         for m in _WORD.finditer(text):
             if m.start() > at:
                 gap = text[at : m.start()]
-                out.add(gap, " " if gap.isspace() else gap, span=False)
+                out.add(gap, _spaced(gap), span=False)
             out.add(m.group(), m.group())
             at = m.end()
         if at < len(text):
             gap = text[at:]
-            out.add(gap, " " if gap.isspace() else gap, span=False)
+            out.add(gap, _spaced(gap), span=False)
 
     def _finish(self, out: _Build, rate: float) -> Segment:
         display, spoken = "".join(out.display), "".join(out.spoken)

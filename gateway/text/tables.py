@@ -67,6 +67,7 @@ UNITS: dict[str, tuple[str, str]] = {
     "wk": ("week", "weeks"),
     "wks": ("week", "weeks"),
     "sqft": ("square foot", "square feet"),
+    "bpm": ("beat per minute", "beats per minute"),
 }
 
 VULGAR: dict[str, tuple[int, int]] = {
