@@ -169,7 +169,10 @@ class SageMakerEngine(EngineBase):
 
     # -- batch: InvokeEndpoint --------------------------------------------------------------------
     async def _batch(self, text: str, voice: str, speed: float) -> AsyncGenerator[bytes, None]:
-        body = json.dumps({"text": text, "voice": voice, "speed": speed, "format": "pcm"}).encode()
+        # the text is this gateway's spoken form already: the container must not read it again
+        body = json.dumps(
+            {"text": text, "voice": voice, "speed": speed, "format": "pcm", "text_frontend": False}
+        ).encode()
         timeout = self.timeout_s
         try:
             async with asyncio.timeout(timeout):

@@ -185,7 +185,15 @@ class StreamTransport:
 
         # one segment already: the container must not cut its first clause off again
         messages = (
-            {"type": "start", "format": "pcm", "voice": voice, "speed": speed, "first_clause": False},
+            # text_frontend: the text is this gateway's spoken form already
+            {
+                "type": "start",
+                "format": "pcm",
+                "voice": voice,
+                "speed": speed,
+                "first_clause": False,
+                "text_frontend": False,
+            },
             {"type": "text", "text": text},
             {"type": "end"},
         )
