@@ -210,3 +210,24 @@ async def test_settings_name_the_backend(agent_server, http) -> None:
     with pytest.raises(ValueError, match="unknown agent_backend"):
         create_agent(fake_settings(agent_backend="llama"))
     assert create_agent(fake_settings()).label == "simulated"
+
+
+async def test_an_agent_reply_with_markdown_is_spoken_clean_and_bad_markup_ends_it_with_an_error(
+    chat, agent_server, http
+) -> None:
+    """The agent's text goes through the text front-end like a client's: markdown is not spoken,
+    and control markup the model got wrong ends the turn with a final `invalid_markup`."""
+    stub, url = chat
+    server = await agent_server(url)
+    stub.replies.append(Reply(["**Sure", "!** Call", " 555-1234", " 🎉", "."]))
+    stub.replies.append(Reply(["Hold", " on.", " [pause:", "forever]", " Done."]))
+    async with http.ws_connect(server.ws_url) as ws:
+        events = await Talk(ws).turn("Call me?")
+        sentences = [body for kind, body in events if kind == "sentence"]
+        assert [(s["text"], s["spoken"]) for s in sentences] == [
+            ("Sure!", "Sure!"),
+            ("Call 555-1234 🎉.", "Call five five five, one two three four."),
+        ]
+        events = await Talk(ws).turn("Wait?")
+        assert events[-1][0] == "error" and events[-1][1]["code"] == "invalid_markup", events
+        assert "forever" not in " ".join(body.get("spoken", "") for kind, body in events if kind == "sentence")

@@ -185,14 +185,14 @@ class StreamSession:
             async for token in turn.deltas():
                 await self.out.put(Event("text", {"delta": token, "t_ms": p.elapsed_ms()}))
                 p.feed(token)
-        except AgentError as exc:  # the turn ends here with `error`; a conversation goes on
-            # this task stays among the pipeline's: a cancel meanwhile stops it, error and all
+            if not p.ended:
+                p.end()
+        except (AgentError, BadRequest) as exc:  # the turn ends here with `error`; a conversation goes on
+            # (BadRequest: the agent wrote control markup that cannot be read, `invalid_markup`).
+            # This task stays among the pipeline's: a cancel meanwhile stops it, error and all
             # (nothing of a cancelled turn may follow its `cancelled`)
             await p.stop(but=asyncio.current_task())
             await self.out.put(Event("error", exc.to_dict()))
-            return
-        if not p.ended:
-            p.end()
 
     async def cancel(self, played_ms: float | None = None) -> None:
         """Barge-in: stop synthesis and sending now; the next input starts a new reply.
