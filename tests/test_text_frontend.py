@@ -78,6 +78,13 @@ def test_each_list_item_and_heading_is_its_own_segment_with_a_full_stop() -> Non
     ]
 
 
+def test_prosody_sets_the_rate_of_the_segments_it_covers_and_their_words_stay_words() -> None:
+    fe = TextFrontEnd(TextOptions(), lang="a")
+    segs = fe.feed('<prosody rate="slow">Hi there. And you?</prosody> Next one.') + fe.end()
+    assert [(s.display, s.rate) for s in segs] == [("Hi there.", 0.8), ("And you?", 0.8), ("Next one.", 1.0)]
+    assert [segs[0].display[a:b] for a, b, _, _ in segs[0].spans] == ["Hi", "there"]
+
+
 def test_switched_off_the_text_is_spoken_as_written() -> None:
     text = "**Sure!** It takes 5-10 minutes 🎉."
     assert segments([text], enabled=False) == [

@@ -129,12 +129,10 @@ class TextFrontEnd:
         """Speak what is buffered now (a client's ``flush``, or the end of input)."""
         if self.filter is None:
             return [Segment.plain(p) for p in self.segmenter.flush()]
-        pieces = self.segmenter.feed(self.filter.flush())
+        out = self._read(self.segmenter.feed(self.filter.flush()))
         rest = self.segmenter.pending
-        pieces += self.segmenter.flush()
-        out = self._read(pieces)
-        if rest and not pieces[-1:] or (pieces and rest and rest not in pieces[-1]):
-            out += self._trailing(rest)
+        tail = self.segmenter.flush()
+        out += self._read(tail) if tail else self._trailing(rest) if rest else []
         return out
 
     def end(self) -> list[Segment]:

@@ -133,6 +133,8 @@ class Reader:
             self._text(out, "".join(run))
             run = []
             self._marker(out, marker)
+            if not "".join(out.display).strip():
+                rate = self._rate()  # the rate in effect where the segment's text begins
         self._text(out, "".join(run))
         return self._finish(out, rate)
 
@@ -159,7 +161,9 @@ class Reader:
         elif marker.kind == mk.CLOSE:
             if not self.open or self.open[-1].span != marker.span:
                 raise MarkupError(f"</{marker.span}> closes nothing that is open", marker.at)
-            self._close(out, self.open.pop())
+            opened = self.open.pop()
+            if opened.span != "prosody":
+                self._close(out, opened)
 
     def _close(self, out: _Build, opened: mk.Marker) -> None:
         """A protected span ends: its text, held in ``out`` since the open, is said its way."""

@@ -52,6 +52,14 @@ _NEWLINES = frozenset("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")
 _CJK_TERMINATORS = frozenset("。！？．｡")
 _TERMINATORS = frozenset(".!?…") | _CJK_TERMINATORS
 _CLOSERS = frozenset("\"')]}”’»」』）】》〉〕］｝*_`")
+_MARKERS = "\U000f0000"  # the text front-end's control markers and above (``text.markers``)
+
+
+def _closes(ch: str) -> bool:
+    """A closing quote or bracket, or a control marker (a closing tag: "Hi.</prosody> Next")."""
+    return ch in _CLOSERS or ch >= _MARKERS
+
+
 _OPENERS = "\"'([{“‘«「『（【《〈〔［｛*_`"
 _CJK_CHAR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f]")
 _INITIALS = re.compile(r"(?:[A-Z]\.)*[A-Z]")  # "J", "U.S", "U.S.A"
@@ -135,7 +143,7 @@ class Segmenter:
         if self._phase == _TERM and ch not in _TERMINATORS:
             self._close = k
             self._phase = _CLOSE
-        if self._phase == _CLOSE and ch not in _CLOSERS:
+        if self._phase == _CLOSE and not _closes(ch):
             self._resolve_close(k, ch, out)
         if self._phase == _WAIT:
             if ch in _NEWLINES:
@@ -216,7 +224,7 @@ class Segmenter:
         if not space:  # "word—word"
             return self._at(k - 1) == "—" and ch.isalpha() and self._at(k - 2).isalpha()
         j = k - 1
-        while j >= self._start and self._buf[j] in _CLOSERS:
+        while j >= self._start and _closes(self._buf[j]):
             j -= 1
         mark = self._at(j)
         if mark == "," and self._at(j - 1).isdigit():
