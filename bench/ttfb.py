@@ -17,12 +17,7 @@ Engines: ``embedded``; ``fake`` calibrated to the embedded engine measured in th
 and ``kokoro`` (torch, CUDA only) where available, else skipped with a note. The WebSocket
 runs are also checked for playback stalls. ``--sweep`` instead compares the first-clause fast
 path off and at several word thresholds (one gateway per value, one shared engine).
-``--frontend-compare`` instead speaks the markdown replies (``bench.corpus.MARKDOWN_REPLIES``:
-lists, headings, emoji, links, numbers) on the WebSocket with the text front-end on and off
-(``text_frontend`` true and false), alternating request by request on the same gateway, and
-reports first audio for each and the ratio on/off (its own cost, without a gateway: ``bench
-text``). The two speak different text (off says the markup as written), so the first segment,
-and its audio, can differ too: each run's first segment is in the JSON.
+``--frontend-compare``: the text front-end on against off (``bench/ttfb_frontend.py``).
 """
 
 from __future__ import annotations
@@ -61,6 +56,7 @@ from .corpus import corpus, markdown_corpus
 from .plots import plot_timeline
 from .procs import GatewayProcess
 from .remote import RemoteClient
+from .ttfb_frontend import render_frontend, run_frontend_compare
 
 ANCHOR = {
     "batch_mean_ms": 329.3,
@@ -73,9 +69,6 @@ ENGINE_ORDER = ("embedded", "fake", "container", "kokoro")
 DEFAULT_ENGINES = "embedded,fake"  # container, kokoro: add them (each adds a pass as long as embedded)
 DEFAULT_RTF = 0.35  # DESIGN's measured embedded RTF, used only when nothing better is known
 WARMUP = "Hi there, warming up. Not counted."
-# the front-end's first use imports its tables (emoji, numbers): warm every part of it
-MARKDOWN_WARMUP = "**Hi** there 👋, warming up: $5 at 7:30 on Dec 6, call 555-0100. Not counted."
-FRONTEND = {"frontend on": True, "frontend off": False}  # variant -> ``text_frontend``
 
 # -- one run on one channel ----------------------------------------------------------------
 
@@ -253,36 +246,6 @@ async def run_target(
     return result
 
 
-async def run_frontend_compare(
-    http: aiohttp.ClientSession,
-    client: RemoteClient,
-    t: Target,
-    fields: dict[str, Any],
-    texts: list[str],
-    args: argparse.Namespace,
-    note: str = "",
-) -> dict[str, Any]:
-    """The WebSocket with ``text_frontend`` on and off, alternating on every reply (per-sentence
-    audio, as the ``ws`` row: ``vocoder=exact`` where the engine streams inside a segment)."""
-    chunked = not args.no_vocoder and await vocoder_ready(http, t)
-    per_sentence = {**fields, "vocoder": "exact"} if chunked else fields
-    probes = {v: stream_probe(t, "ws", per_sentence, client, text_frontend=on) for v, on in FRONTEND.items()}
-    for probe in probes.values():
-        await probe(http, MARKDOWN_WARMUP)  # not counted
-    runs = []
-    for rep in range(args.reps):
-        for i, text in enumerate(texts):
-            # on then off, then off then on: neither always follows the other
-            order = list(FRONTEND) if (rep * len(texts) + i) % 2 == 0 else list(reversed(FRONTEND))
-            for v in order:
-                runs.append({"channel": v, "rep": rep, "reply": i, **await probes[v](http, text)})
-    result = summarize(runs, baseline="frontend off")
-    on, off = (result["channels"][v]["ttfb"] for v in FRONTEND)
-    result["ratio_on_off"] = {"mean": round(on.mean / off.mean, 3), "median": round(on.median / off.median, 3)}
-    result.update(note=note, request=per_sentence)
-    return result
-
-
 async def run_sweep(
     http: aiohttp.ClientSession, client: RemoteClient, args: argparse.Namespace, texts: list[str], out: dict[str, Any]
 ) -> None:
@@ -320,21 +283,6 @@ def channel_rows(groups: dict[str, Any], improvement: tuple[tuple[str, str], ...
             cells = [form.format(imp[key]) if imp else "" for key, form in improvement]
             rows.append([name, ch, t.n, t.mean, t.median, t.p90, *cells, e["total"].mean, stall_cell(e)])
     return rows
-
-
-def render_frontend(out: dict[str, Any]) -> str:
-    """``--frontend-compare``: first audio per engine with the front-end on and off, and on/off."""
-    headers = ["engine", "ws, text front-end", "n", "mean ms", "median", "p90", "on vs off", "last audio ms"]
-    headers.append("stalls (runs, total)")
-    rows = channel_rows(out["engines"], (("mean_pct", "{:+.1f}%"),))
-    lines = [table(headers, rows)]
-    for name, res in out["engines"].items():
-        if "skipped" in res:
-            lines.append(f"{name}: {res['skipped']}")
-            continue
-        r = res["ratio_on_off"]
-        lines.append(f"{name}: first audio, front-end on/off: mean {r['mean']:.3f}, median {r['median']:.3f}")
-    return "\n".join(lines)
 
 
 def render(out: dict[str, Any], sweep: bool) -> str:

@@ -19,10 +19,9 @@ from aiohttp import web
 
 from bench import agent, overhead, ttfb
 from bench import playback as playback_bench
-from bench import text as text_bench
 from bench import timestamps as ts_bench
 from bench.common import playback, stats
-from bench.corpus import MARKDOWN_REPLIES, REPLIES, agent_prompts
+from bench.corpus import REPLIES, agent_prompts
 from bench.player import Arrival, simulate
 from bench.servers import serve_app
 from gateway.agent import pick_reply, tokenize
@@ -118,36 +117,6 @@ def test_first_clause_sweep_on_fake(tmp_path: Path) -> None:
     # a one-word first segment is synthesized sooner; the fake engine makes that certain
     assert res["channels"]["words=1"]["ttfb"]["mean"] < res["channels"]["off"]["ttfb"]["mean"]
     assert res["best_for_ttfb"] == "words=1"
-
-
-def test_ttfb_frontend_compare_on_fake(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["--frontend-compare", "--engines", "fake", "--reps", "1", "--corpus", "2", "--fake-rtf", "0.15"]
-    assert ttfb.main([*argv, "--out", str(tmp_path), "--no-plots"]) == 0
-    out = load(tmp_path / "ttfb-frontend.json")
-    assert out["corpus"] == list(MARKDOWN_REPLIES[:2])
-    res = out["engines"]["fake"]
-    assert set(res["channels"]) == {"frontend on", "frontend off"}
-    assert all(c["ttfb"]["n"] == 2 and c["ttfb"]["min"] > 0 for c in res["channels"].values())
-    assert res["ratio_on_off"]["mean"] > 0 and res["ratio_on_off"]["median"] > 0
-    # the option reached the gateway: the second reply's first segment keeps its markdown only when off
-    first = {r["channel"]: r["first_segment"] for r in res["runs"] if r["reply"] == 1}
-    assert "**" in first["frontend off"] and "**" not in first["frontend on"]
-    printed = capsys.readouterr().out
-    assert "frontend on" in printed and "front-end on/off: mean" in printed
-
-
-def test_text_bench_on_and_off(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert text_bench.main(["--reps", "1", "--warmup", "1", "--corpus", "2", "--out", str(tmp_path)]) == 0
-    out = load(tmp_path / "text.json")
-    assert set(out["modes"]) == {"on", "off"}
-    for mode in out["modes"].values():
-        assert set(mode) == {"per segment", "per token", "construct"}
-        assert mode["per segment"]["n"] == 2 and mode["per token"]["n"] == sum(out["tokens"]) > 10
-        assert all(m["p50"] > 0 and m["p99"] >= m["p50"] for m in mode.values())
-    assert all(r["p50"] > 0 and r["p99"] > 0 for r in out["ratio_on_off"].values())
-    assert min(out["segments"]["on"]) >= 1 and out["spoken_changes"]["spoken_differs"] >= 1
-    printed = capsys.readouterr().out
-    assert "on p50" in printed and "off p99" in printed and "per token" in printed
 
 
 def agent_argv(tmp_path: Path, fake_rtf: str, *more: str) -> list[str]:
