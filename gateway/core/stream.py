@@ -63,13 +63,19 @@ class StreamSession:
         self.pipeline = self._pipeline()
         self.turn: Turn | None = None  # the agent's turn when the current reply answers a prompt
         self.finished = False
+        self._spoken: list[str] | None = None  # options.text's segments as said (``_texts``)
 
     def _pipeline(self) -> Pipeline:
         return Pipeline(self.hub, self.settings, self.options, self.out, requested=self.requested_vocoder())
 
     def _texts(self) -> list[str]:
         """The spoken forms of ``options.text``'s segments (bad markup raises ``invalid_markup``
-        here, before any response starts)."""
+        here, before any response starts); read once, for admission and ``ready``."""
+        if self._spoken is None:
+            self._spoken = self._read_text()
+        return self._spoken
+
+    def _read_text(self) -> list[str]:
         o, s = self.options, self.settings
         if not o.text.strip():
             return []
