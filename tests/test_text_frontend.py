@@ -202,3 +202,25 @@ async def test_request_pronunciations_and_switches_reach_the_engine(
     assert [s["spoken"] for s in r.of("sentence")] == ["Run engine x party popper"]
     r = await sse_stream(http, fake_server.url + "/v1/stream/sse", text="**Bold** 5 km", text_frontend="false")
     assert [s["spoken"] for s in r.of("sentence")] == ["**Bold** 5 km"]
+
+
+async def test_heard_text_at_barge_in_is_the_clients_text(fake_server: Server, http: aiohttp.ClientSession) -> None:
+    """Cancel at 1,000 ms, once the client holds 1,400 ms of audio: "five to ten" began at 480 ms,
+    "minutes" begins at 1,200, so the listener heard "It takes 5-10" of the client's text."""
+    text = "It takes **5-10** minutes to cook. Then we eat the pasta together. After that we rest."
+    async with http.ws_connect(fake_server.ws_url) as ws:
+        await ws.send_json({"type": "start", "format": "pcm"})
+        await ws.send_json({"type": "text", "text": text})
+        await ws.send_json({"type": "flush"})  # not `end`: the reply stays open, no `done` can overtake the cancel
+        held, cancelled = 0, None
+        async for msg in ws:
+            if msg.type == aiohttp.WSMsgType.BINARY:
+                held += len(msg.data)
+                if held >= 2 * 24 * 1400 and cancelled is None:
+                    cancelled = False
+                    await ws.send_json({"type": "cancel", "played_ms": 1000})
+            elif msg.type == aiohttp.WSMsgType.TEXT and (event := json.loads(msg.data))["type"] == "cancelled":
+                cancelled = event
+                break
+        assert cancelled, "no cancelled event"
+        assert cancelled["heard_text"] == "It takes 5-10"
