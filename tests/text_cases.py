@@ -120,6 +120,7 @@ _TIME: list[tuple[str, str, str | None]] = [
     ("Arrive by 08:00.", "Arrive by eight hundred.", None),
     ("From 9:30 AM to 4:15 PM.", "From nine thirty A M to four fifteen P M.", None),
     ("Alarm at 6:00 AM.", "Alarm at six A M.", None),
+    ("Ran it in 4h 05m flat.", "Ran it in four hours five minutes flat.", None),
     ("Open 10:30-11:30 daily.", "Open ten thirty to eleven thirty daily.", None),
     ("Call 9-11am.", "Call nine to eleven A M.", None),
 ]
@@ -132,6 +133,8 @@ _DATE: list[tuple[str, str, str | None]] = [
     ("Due 12/25/2027.", "Due December twenty-fifth, twenty twenty seven.", None),
     ("Due 5 January 2027.", "Due the fifth of January, twenty twenty seven.", None),
     ("Held on Dec. 1.", "Held on December first.", None),
+    ("Confirmed for 03/15.", "Confirmed for March fifteenth.", None),
+    ("See you on 3/15.", "See you on March fifteenth.", None),
     ("In 2027 we grow.", "In twenty twenty seven we grow.", None),
     ("Since 1905 it stood.", "Since nineteen oh five it stood.", None),
     ("Back in 2005 it began.", "Back in two thousand five it began.", None),
@@ -206,6 +209,9 @@ _UNIT: list[tuple[str, str, str | None]] = [
 
 _SYMBOL: list[tuple[str, str, str | None]] = [
     ("We're #1 today.", "We're number one today.", None),
+    ("Order #12345 shipped.", "Order number one two three four five shipped.", None),
+    ("Cool (65°F / 18°C) today.", "Cool (sixty-five degrees Fahrenheit or eighteen degrees Celsius) today.", None),
+    ("DM @acme_support now.", "DM at acme support now.", None),
     ("Salt & pepper.", "Salt and pepper.", None),
     ("R&D grew.", "R and D grew.", None),
     ("2 + 2 = 4", "two plus two equals four", None),
@@ -245,6 +251,9 @@ _ABBREVIATION: list[tuple[str, str, str | None]] = [
     ("Climb Mt. Everest.", "Climb Mount Everest.", None),
     ("Live on 5th Ave. now.", "Live on fifth Avenue now.", None),
     ("Meet on Mon. morning.", "Meet on Monday morning.", None),
+    ("EPS of $1.10 est. today.", "EPS of one dollar and ten cents estimated today.", None),
+    ("Est. 1990 in Ohio.", "Established nineteen ninety in Ohio.", None),
+    ("Your appt. with Dr. Lee.", "Your appointment with Doctor Lee.", None),
     ("When: Fri, Dec 12.", "When: Friday, December twelfth.", None),
     ("Call ext. 4410 now.", "Call extension four thousand four hundred ten now.", None),
     ("Apples vs oranges.", "Apples versus oranges.", None),

@@ -44,7 +44,8 @@ _FIXED = {
     "univ.": "University",
     "approx.": "approximately",
     "approx": "approximately",
-    "est.": "established",
+    "appt.": "appointment",
+    "appts.": "appointments",
     "e.g.": "for example",
     "i.e.": "that is",
     "etc.": "et cetera",
@@ -120,6 +121,8 @@ def _contextual(low: str, text: str, start: int, end: int) -> str | None:
         if low == "dr.":
             return "Drive" if name_before and not name_after else "Doctor"
         return "Street" if street or (name_before and not name_after) else "Saint"
+    if low == "est.":  # "Est. 1990": established; "est. delivery", "$1.10 est.": estimated
+        return "established" if re.match(r"\s*(?:in\s+)?\d{4}\b", after) else "estimated"
     if low in ("no.", "p.", "pg."):
         if _NUMBER_AFTER.match(after):
             return "number" if low == "no." else "page"

@@ -79,6 +79,7 @@ _RULES: list[tuple[str, str]] = [
     ("fraction", rf"(?:(?<![\w./])(\d+)/(\d+)(?![\w/])|([½⅓⅔¼¾⅕⅛⅜]))(?:\s?({_UNIT_RE})(?![A-Za-z0-9]))?"),
     ("ordinal", r"\b(\d+)(st|nd|rd|th)\b"),
     ("hashnum", r"(?<![\w&])#(\d+)\b"),
+    ("duration", r"\b(\d+)\s?h(?:rs?)?\s?(\d{1,2})\s?m(?:in)?\b"),
     ("citation", r"\s?\[\d{1,3}\](?:\[\d{1,3}\])*"),
     ("dimensions", r"(?<![\w.])(\d+(?:\.\d+)?)\s?[x×]\s?(\d+(?:\.\d+)?)(?:\s?[x×]\s?(\d+(?:\.\d+)?))?(?![\w.])"),
     (
@@ -95,7 +96,7 @@ _RULES: list[tuple[str, str]] = [
     ("abbr", r"(?<![\w.])(?:[A-Za-z]{1,6}\.(?:[A-Za-z]\.)?|approx|vs|etc|w/o|w/)(?![\w])"),
     ("number", rf"(?<![\w.])(-)?({_NUM})(?![\w])"),
     ("slash", r"\b([A-Za-z]{1,12})/(?!(?:km|mi|h|hr|mo|yr|wk)\b)([A-Za-z]{1,12})\b"),
-    ("symbol", r"(?<=\s)(?:->|>=|<=|[&+=±×÷→←≈*>])(?=\s)|&|[~≈](?=\d)|[±×÷→←≥≤]"),
+    ("symbol", r"(?<=\s)(?:->|>=|<=|[&+=±×÷→←≈*>/])(?=\s)|&|[~≈](?=\d)|[±×÷→←≥≤]|(?<![\w.])@(?=\w)"),
     ("drop", r"[_#^|\\•*]+"),
 ]
 _SCANNER = re.compile("|".join(f"(?P<{name}>{pattern})" for name, pattern in _RULES))
@@ -226,8 +227,16 @@ def _mixed_fraction(m: re.Match[str], text: str, british: bool) -> str | None:
     return f"{nb.cardinal(w or '0', british)} and {part}"
 
 
+_DATE_BEFORE = re.compile(r"\b(?:on|by|until|till|before|after|from|due|since|of)\s+$", re.IGNORECASE)
+
+
 def _fraction(m: re.Match[str], text: str, british: bool) -> str | None:
     a, b, vulgar, unit = _g(m, "fraction")
+    if a and b and not unit and (a[0] == "0" or b[0] == "0" or _DATE_BEFORE.search(text[: m.start()])):
+        first, second = int(a), int(b)  # "03/15", "on 3/15": a date without its year
+        month, day = (second, first) if british or first > 12 else (first, second)
+        if 1 <= month <= 12 and 1 <= day <= 31:
+            return _date(month, day, None, british)
     num, den = _VULGAR[vulgar] if vulgar else (int(a or 0), int(b or 0))
     if den == 0 or num == den or (num, den) == (24, 7):
         said = f"{nb.cardinal(num, british)} {nb.cardinal(den, british)}"  # "50/50", "24/7"
@@ -255,8 +264,14 @@ def _dimensions(m: re.Match[str], text: str, british: bool) -> str | None:
     return " by ".join(nb.number(x, british) for x in _g(m, "dimensions") if x)
 
 
+def _duration(m: re.Match[str], text: str, british: bool) -> str | None:
+    h, mi = (int(x or 0) for x in _g(m, "duration"))  # "4h 05m": four hours five minutes
+    return f"{nb.cardinal(h)} {'hour' if h == 1 else 'hours'} {nb.cardinal(mi)} {'minute' if mi == 1 else 'minutes'}"
+
+
 def _hashnum(m: re.Match[str], text: str, british: bool) -> str | None:
-    return f"number {nb.cardinal(_g(m, 'hashnum')[0] or '0', british)}"
+    digits = _g(m, "hashnum")[0] or "0"  # "#1": number one; "order #12345": number one two three four five
+    return f"number {nb.cardinal(digits, british) if len(digits) < 4 else nb.digits(digits)}"
 
 
 def _version(m: re.Match[str], text: str, british: bool) -> str | None:
@@ -353,6 +368,7 @@ _HANDLERS: dict[str, Callable[[re.Match[str], str, bool], str | None]] = {
     "fraction": _fraction,
     "ordinal": _ordinal,
     "hashnum": _hashnum,
+    "duration": _duration,
     "citation": lambda m, t, b: "",
     "dimensions": _dimensions,
     "per": _per,

@@ -71,7 +71,7 @@ _SPACE = re.compile(r"\s")
 _NEVER_FINAL = frozenset(
     "mr mrs ms mx dr prof st mt rev fr gen col maj capt cmdr lt sgt hon gov sen rep pres"
     " vs v e.g i.e cf viz approx ca fig figs eq eqs vol ch sec pp dept est univ"
-    " op al p pg apt ste ext tel".split()
+    " op al p pg apt ste ext tel appt".split()
 )
 # Words that may end a sentence: cut unless the next word starts lowercase or with a digit.
 _MAYBE_FINAL = frozenset(

@@ -89,6 +89,7 @@ SYMBOLS: dict[str, str] = {
     "×": "times",
     "÷": "divided by",
     "→": "to",
+    "/": "or",
     "->": "to",
     "←": "from",
     "≈": "about",
