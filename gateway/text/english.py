@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from . import numbers as nb
 from .abbreviations import abbreviation, month_number
+from .dates import MONTH_NAMES, clock_words, date_words
 from .tables import SYMBOLS as _SYMBOLS
 from .tables import UNITS as _UNITS
 from .tables import VULGAR as _VULGAR
@@ -123,34 +124,21 @@ def _g(m: re.Match[str], name: str) -> list[str | None]:
     return [m.group(start + 1 + k) for k in range(count)]
 
 
-def _date(month: int, day: int, yr: str | None, british: bool) -> str | None:
-    if not (1 <= month <= 12 and 1 <= day <= 31):
-        return None
-    name = _MONTH_NAMES[month - 1]
-    said = f"the {nb.ordinal(day, british)} of {name}" if british else f"{name} {nb.ordinal(day)}"
-    if yr:
-        said += f", {nb.year(yr if len(yr) == 4 else '20' + yr)}"
-    return said
-
-
-_MONTH_NAMES = "January February March April May June July August September October November December".split()
-
-
 def _iso_date(m: re.Match[str], text: str, british: bool) -> str | None:
     y, mo, d = _g(m, "iso_date")
-    return _date(int(mo or 0), int(d or 0), y, british)
+    return date_words(int(mo or 0), int(d or 0), y, british)
 
 
 def _num_date(m: re.Match[str], text: str, british: bool) -> str | None:
     a, b, y = _g(m, "num_date")
     first, second = int(a or 0), int(b or 0)
     month, day = (second, first) if british or first > 12 else (first, second)
-    return _date(month, day, y, british)
+    return date_words(month, day, y, british)
 
 
 def _month_day(m: re.Match[str], text: str, british: bool) -> str | None:
     mon, d, y = _g(m, "month_day")
-    return _date(month_number(mon or ""), int(d or 0), y, british)
+    return date_words(month_number(mon or ""), int(d or 0), y, british)
 
 
 def _day_month(m: re.Match[str], text: str, british: bool) -> str | None:
@@ -158,29 +146,15 @@ def _day_month(m: re.Match[str], text: str, british: bool) -> str | None:
     month, day = month_number(mon or ""), int(d or 0)
     if not (1 <= day <= 31):
         return None
-    said = f"the {nb.ordinal(day, british)} of {_MONTH_NAMES[month - 1]}"
+    said = f"the {nb.ordinal(day, british)} of {MONTH_NAMES[month - 1]}"
     return said + (f", {nb.year(y)}" if y else "")
-
-
-def _clock(hour: str, minute: str | None, ampm: str | None, british: bool) -> str | None:
-    h, mi = int(hour), int(minute or 0)
-    if h > 24 and not ampm and mi <= 59 and h < 100:  # a duration, minutes and seconds: "52:14"
-        return f"{nb.cardinal(h)} {nb.cardinal(mi) if mi >= 10 else 'oh ' + nb.cardinal(mi)}"
-    if h > 24 or mi > 59 or (ampm and not 1 <= h <= 12):
-        return None
-    said = nb.cardinal(h, british)
-    if mi:
-        said += f" oh {nb.cardinal(mi)}" if mi < 10 else f" {nb.cardinal(mi, british)}"
-    elif not ampm:
-        said += " hundred" if h > 12 or hour.startswith("0") else " o'clock"
-    return said + (f" {ampm.upper()} M" if ampm else "")
 
 
 def _time(m: re.Match[str], text: str, british: bool) -> str | None:
     h, mi, _sec, ap, h2, ap2 = _g(m, "time")
     if h2 is not None:
-        return _clock(h2, None, ap2, british)
-    return _clock(h or "0", mi, ap, british)
+        return clock_words(h2, None, ap2, british)
+    return clock_words(h or "0", mi, ap, british)
 
 
 def _time_range(m: re.Match[str], text: str, british: bool) -> str | None:
@@ -190,10 +164,10 @@ def _time_range(m: re.Match[str], text: str, british: bool) -> str | None:
     elif ap1 is None:  # "9-11am": "nine to eleven A M"
         h, _, mi = (a or "0").partition(":")
         said = nb.cardinal(h, british) + (f" {nb.cardinal(mi)}" if mi and int(mi) else "")
-        end = _clock(*(b or "0").partition(":")[::2], ap2, british)
+        end = clock_words(*(b or "0").partition(":")[::2], ap2, british)
         return f"{said} to {end}" if end and int(h) <= 12 else None
-    first = _clock(*(a or "0").partition(":")[::2], ap1, british)
-    second = _clock(*(b or "0").partition(":")[::2], ap2, british)
+    first = clock_words(*(a or "0").partition(":")[::2], ap1, british)
+    second = clock_words(*(b or "0").partition(":")[::2], ap2, british)
     return f"{first} to {second}" if first and second else None
 
 
@@ -236,7 +210,7 @@ def _fraction(m: re.Match[str], text: str, british: bool) -> str | None:
         first, second = int(a), int(b)  # "03/15", "on 3/15": a date without its year
         month, day = (second, first) if british or first > 12 else (first, second)
         if 1 <= month <= 12 and 1 <= day <= 31:
-            return _date(month, day, None, british)
+            return date_words(month, day, None, british)
     num, den = _VULGAR[vulgar] if vulgar else (int(a or 0), int(b or 0))
     if den == 0 or num == den or (num, den) == (24, 7):
         said = f"{nb.cardinal(num, british)} {nb.cardinal(den, british)}"  # "50/50", "24/7"
