@@ -12,6 +12,7 @@ its own error shape; engines take what passes as given.
 from __future__ import annotations
 
 import functools
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,8 +26,10 @@ from ..config import Settings
 from ..engines.base import Capabilities, Engine
 from ..errors import BadRequest, PayloadTooLarge, quoted
 from ..kokoro import voicecatalog
-from ..text.frontend import TextOptions, parse_text_options
-from ..text.lexicon import load_lexicon
+from ..text.frontend import TextFrontEnd, TextOptions
+from ..text.lexicon import check_entries, load_lexicon
+from ..text.markdown import CODE_MODES
+from ..text.reader import EMOJI_MODES
 
 FORMATS = ("mp3", "pcm", "wav", "opus", "ulaw", "alaw")
 G711_RATE = 8000  # ulaw and alaw unless asked otherwise: the telephone's rate
@@ -177,6 +180,48 @@ def parse_options(raw: Mapping[str, Any], settings: Settings, engine: Engine) ->
         sample_rate=sample_rate,
         frontend=parse_text_options(raw, text_defaults(settings)),
         lang=voicecatalog.text_language(voice, caps.voices),
+    )
+
+
+def _choice(raw: Mapping[str, Any], name: str, default: str, allowed: tuple[str, ...]) -> str:
+    value = str(raw.get(name) or default).lower()
+    if value not in allowed:
+        raise BadRequest(f"{name} must be one of {', '.join(allowed)}, got {quoted(value)}", code="invalid_option")
+    return value
+
+
+def parse_text_options(raw: Mapping[str, Any], defaults: TextOptions) -> TextOptions:
+    """The text front-end's request options over the deployment's ``defaults``."""
+
+    def flag(name: str, default: bool) -> bool:
+        value = raw.get(name)
+        return default if value is None or value == "" else parse_bool(value, name)
+
+    pron = raw.get("pronunciations")
+    if isinstance(pron, str) and pron.strip():  # a query string carries it as JSON
+        try:
+            pron = json.loads(pron)
+        except ValueError:
+            raise BadRequest("pronunciations must be a JSON object", code="invalid_option") from None
+    entries = check_entries(pron, "pronunciations") if pron else {}
+    return TextOptions(
+        enabled=flag("text_frontend", defaults.enabled),
+        markdown=flag("markdown", defaults.markdown),
+        emoji=_choice(raw, "emoji", defaults.emoji, EMOJI_MODES),
+        normalize=flag("normalize", defaults.normalize),
+        markup=flag("markup", defaults.markup),
+        code=_choice(raw, "code_blocks", defaults.code, CODE_MODES),
+        pronunciations={**defaults.pronunciations, **entries},
+    )
+
+
+def reply_frontend(options: StreamOptions, settings: Settings) -> TextFrontEnd:
+    """The text front-end of one reply with ``options`` (the pipeline's; the session's forecast)."""
+    return TextFrontEnd(
+        options.frontend,
+        lang=options.lang,
+        first_clause_words=settings.first_clause_words if options.first_clause else 0,
+        max_chars=settings.max_segment_chars,
     )
 
 

@@ -42,14 +42,14 @@ from ..config import Settings
 from ..errors import NothingToSpeak
 from ..kokoro.timestamps import WordTimes
 from ..text.align import display_words
-from ..text.frontend import Segment, TextFrontEnd
+from ..text.frontend import Segment
 from .budget import ShareKey, Verdict
 from .events import Event, SegmentQueue, error_event
 from .heard import Transcript
 from .listener import Listener
 from .lookahead import wait_ahead
 from .membership import BudgetMember
-from .options import StreamOptions
+from .options import StreamOptions, reply_frontend
 from .synthesis import SynthesisHub
 
 
@@ -70,12 +70,7 @@ class Pipeline(BudgetMember):
         s, o = settings, options
         self.hub, self.settings, self.options, self.out = hub, settings, options, out
         self.sample_rate = hub.engine.sample_rate
-        self.frontend = TextFrontEnd(
-            o.frontend,
-            lang=o.lang,
-            first_clause_words=s.first_clause_words if o.first_clause else 0,
-            max_chars=s.max_segment_chars,
-        )
+        self.frontend = reply_frontend(o, s)
         rate, budget = hub.engine_rate, hub.budget if live else None
         self.listener = Listener(
             rate, s, o, requested=requested, sample_rate=self.sample_rate, live=live, budget=budget, clock=hub.clock
@@ -194,7 +189,7 @@ class Pipeline(BudgetMember):
         synth = self.hub.synthesize(
             text,
             voice=o.voice,
-            speed=min(2.0, max(0.5, o.speed * piece.rate)),
+            speed=self._speed(piece.rate),
             mode=mode,
             requested_mode=listener.requested or "",
             buffered_s=self._playable_s(),
@@ -214,6 +209,11 @@ class Pipeline(BudgetMember):
         if not made and self.hub.metrics is not None:  # letters the voice cannot read: skipped
             self.hub.metrics.skipped.inc()
         segment.put_nowait(None)
+
+    def _speed(self, rate: float) -> float:
+        """The request's speed times a segment's own rate (SSML prosody), within the engine's range."""
+        caps = self.hub.engine.capabilities
+        return min(caps.max_speed, max(caps.min_speed, self.options.speed * rate))
 
     def _silence(self, segment: SegmentQueue, seconds: float) -> int:
         """Exact silence before a segment's speech (a pause in the text); its length in samples."""

@@ -24,11 +24,10 @@ from ..config import Settings
 from ..engines.base import Engine
 from ..errors import BadRequest, Overloaded
 from ..metrics import Metrics
-from ..text.frontend import TextFrontEnd
 from .budget import ADMIT, Verdict, planned, share_key
 from .conversation import AGENT_CODES, Conversation, Turn
 from .events import OUT_EVENTS, Event
-from .options import StreamOptions
+from .options import StreamOptions, reply_frontend
 from .pipeline import Pipeline
 from .synthesis import SynthesisHub
 
@@ -76,16 +75,10 @@ class StreamSession:
         return self._spoken
 
     def _read_text(self) -> list[str]:
-        o, s = self.options, self.settings
-        if not o.text.strip():
+        if not self.options.text.strip():
             return []
-        frontend = TextFrontEnd(
-            o.frontend,
-            lang=o.lang,
-            first_clause_words=s.first_clause_words if o.first_clause else 0,
-            max_chars=s.max_segment_chars,
-        )
-        return [seg.spoken for seg in frontend.feed(o.text) + frontend.end() if seg.spoken]
+        frontend = reply_frontend(self.options, self.settings)
+        return [seg.spoken for seg in frontend.feed(self.options.text) + frontend.end() if seg.spoken]
 
     def admit(self) -> None:
         """The engine's real-time budget on this session (``budget.py``): admitted now, queued

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+from .dates import MONTH_NAMES
+
 __all__ = ["abbreviation", "month_number"]
 
 # always this reading (lowercased key, period included where it is written with one)
@@ -86,7 +88,6 @@ _FIXED = {
 }
 _MONTHS = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
 _MONTH_ABBREVIATIONS = frozenset("jan feb mar apr jun jul aug sep sept oct nov dec".split())
-_MONTH_NAMES = "January February March April May June July August September October November December".split()
 _DAYS = {
     "mon.": "Monday",
     "tue.": "Tuesday",
@@ -134,7 +135,7 @@ def _contextual(low: str, text: str, start: int, end: int) -> str | None:
     if low.rstrip(".") in _MONTH_ABBREVIATIONS and low.endswith("."):
         if low in ("mar.", "may.") and not _NUMBER_AFTER.match(after):
             return None  # "may." is a word
-        return _MONTH_NAMES[_MONTHS.index(low[:3])]
+        return MONTH_NAMES[_MONTHS.index(low[:3])]
     return _DAYS.get(low)
 
 

@@ -16,21 +16,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-from ..errors import BadRequest, quoted
 from . import markers as mk
-from .lexicon import Lexicon, check_entries
-from .markdown import CODE_MODES, MarkupFilter
-from .reader import EMOJI_MODES, Reader, Segment
+from .lexicon import Lexicon
+from .markdown import MarkupFilter
+from .reader import Reader, Segment
 from .segmenter import Segmenter
+from .speakable import SPEAKABLE
 
-__all__ = ["Segment", "TextFrontEnd", "TextOptions", "parse_text_options"]
+__all__ = ["Segment", "TextFrontEnd", "TextOptions"]
 
 
 @dataclass(frozen=True, slots=True)
 class TextOptions:
-    """The request's switches (defaults from the settings ``text_*``)."""
+    """The request's switches (defaults from the settings ``text_*``; parsed with the other
+    request options, ``core.options``)."""
 
     enabled: bool = True  # ``text_frontend``: off = speak the text as given (no part below runs)
     markdown: bool = True
@@ -39,57 +39,6 @@ class TextOptions:
     markup: bool = True  # pauses, SSML, inline phonemes
     code: str = "notice"  # fenced code blocks: notice | read | skip
     pronunciations: Mapping[str, str] = field(default_factory=dict)
-
-    def wire(self) -> dict[str, Any]:
-        return {
-            "text_frontend": self.enabled,
-            "markdown": self.markdown,
-            "emoji": self.emoji,
-            "normalize": self.normalize,
-            "markup": self.markup,
-            "code_blocks": self.code,
-        }
-
-
-def _flag(raw: Mapping[str, Any], name: str, default: bool) -> bool:
-    value = raw.get(name)
-    if value is None or value == "":
-        return default
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise BadRequest(f"{name} must be true or false, got {quoted(value)}", code="invalid_option")
-
-
-def _choice(raw: Mapping[str, Any], name: str, default: str, allowed: tuple[str, ...]) -> str:
-    value = str(raw.get(name) or default).lower()
-    if value not in allowed:
-        raise BadRequest(f"{name} must be one of {', '.join(allowed)}, got {quoted(value)}", code="invalid_option")
-    return value
-
-
-def parse_text_options(raw: Mapping[str, Any], defaults: TextOptions) -> TextOptions:
-    """The front-end's request options over the deployment's ``defaults``."""
-    pron = raw.get("pronunciations")
-    if isinstance(pron, str) and pron.strip():  # a query string carries it as JSON
-        import json
-
-        try:
-            pron = json.loads(pron)
-        except ValueError:
-            raise BadRequest("pronunciations must be a JSON object", code="invalid_option") from None
-    entries = check_entries(pron, "pronunciations") if pron else {}
-    return TextOptions(
-        enabled=_flag(raw, "text_frontend", defaults.enabled),
-        markdown=_flag(raw, "markdown", defaults.markdown),
-        emoji=_choice(raw, "emoji", defaults.emoji, EMOJI_MODES),
-        normalize=_flag(raw, "normalize", defaults.normalize),
-        markup=_flag(raw, "markup", defaults.markup),
-        code=_choice(raw, "code_blocks", defaults.code, CODE_MODES),
-        pronunciations={**defaults.pronunciations, **entries},
-    )
 
 
 class TextFrontEnd:
@@ -103,11 +52,10 @@ class TextFrontEnd:
             if options.enabled
             else None
         )
-        speakable = mk.SPEAKING if options.enabled else None
-        self.segmenter = (
-            Segmenter(first_clause_words=first_clause_words, max_chars=max_chars, speakable=speakable)
-            if speakable is not None
-            else Segmenter(first_clause_words=first_clause_words, max_chars=max_chars)
+        self.segmenter = Segmenter(
+            first_clause_words=first_clause_words,
+            max_chars=max_chars,
+            speakable=mk.SPEAKING if options.enabled else SPEAKABLE,  # spoken notices count
         )
         lexicon = Lexicon(options.pronunciations) if options.pronunciations else None
         self.reader = Reader(
@@ -117,7 +65,7 @@ class TextFrontEnd:
     @property
     def pending(self) -> str:
         """Text received and not yet in a segment (for forecasts), markers removed."""
-        held = self.filter._buf if self.filter is not None else ""
+        held = self.filter.held if self.filter is not None else ""
         return mk.strip_markers(self.segmenter.pending + held)
 
     def feed(self, text: str) -> list[Segment]:

@@ -68,6 +68,11 @@ class MarkupFilter:
         self._table = False  # the current line is a table row
         self._last = "\n"  # the character before ``_buf``
 
+    @property
+    def held(self) -> str:
+        """Input held back: the construct it is in the middle of, not yet decided."""
+        return self._buf
+
     def feed(self, text: str) -> str:
         self._buf += text
         return self._run(final=False)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 
 from . import numbers as nb
+from .dates import MONTH_NAMES
 from .english import normalize
 from .web import phone
 
 __all__ = ["say_as"]
 
-_MONTHS = "January February March April May June July August September October November December".split()
 _SYMBOL_NAMES = {"-": "dash", ".": "dot", "@": "at", "_": "underscore", "/": "slash", "#": "hash", "+": "plus"}
 
 
@@ -34,7 +34,7 @@ def _date(text: str, fmt: str, british: bool) -> str | None:
     values = dict(zip(order, parts))
     said = []
     if "m" in values and 1 <= int(values["m"]) <= 12:
-        month = _MONTHS[int(values["m"]) - 1]
+        month = MONTH_NAMES[int(values["m"]) - 1]
         if "d" in values:
             day = nb.ordinal(values["d"], british)
             said.append(f"the {day} of {month}" if british else f"{month} {day}")
